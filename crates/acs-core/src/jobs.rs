@@ -1,0 +1,371 @@
+//! The rules of background jobs over a [`Store`]: submit with idempotency, start with
+//! a Hold, finish and charge, cancel, read results, expire, recover after a restart.
+//!
+//! Each function is one transaction's worth of work: the caller runs it inside one
+//! transaction of its backend (or under one lock), so no rule is ever half applied.
+
+use crate::clock::Timestamp;
+use crate::error::{ApiError, ErrorCode};
+use crate::ids::JobId;
+use crate::job::{Job, JobObject, JobResult, JobStatus, Outcome};
+use crate::ledger::{self, Settlement};
+use crate::response::{Completion, List};
+use crate::store::{IdempotencyRecord, IdempotencyState, Store};
+
+/// How long results and idempotency keys are kept unless configured otherwise.
+pub const DEFAULT_RETENTION_MS: i64 = Timestamp::DAY_MS;
+
+/// An idempotency key's first request that has been "accepting" this long is taken
+/// to have died (its process crashed), and the key may be used again.
+pub const ACCEPTING_TIMEOUT_MS: i64 = 60_000;
+
+/// Default and largest page size of `GET /v1/completion-jobs`.
+pub const DEFAULT_PAGE: usize = 20;
+/// The largest page size.
+pub const MAX_PAGE: usize = 100;
+
+/// Checks an `Idempotency-Key` header: 1 to 255 visible ASCII characters.
+pub fn check_idempotency_key(key: &str) -> Result<(), ApiError> {
+    let ok =
+        (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::param(
+            ErrorCode::InvalidIdempotencyKey,
+            "Idempotency-Key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+        ))
+    }
+}
+
+/// What the first step of a submission found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// A new submission: validate it, then [`create`] the job.
+    New,
+    /// The same key and body made this job already: answer it again.
+    Replay(Job),
+}
+
+/// First step of `POST /v1/completion-jobs`: claims the idempotency key, if any.
+///
+/// Same key, same body → [`Begin::Replay`]; another body → 422
+/// `idempotency_key_reused`; the first request still being accepted → 409
+/// `idempotency_key_in_use`. Records older than `retention_ms` count as gone.
+pub fn begin<S: Store>(
+    store: &mut S,
+    key_id: &str,
+    idempotency_key: Option<&str>,
+    body_digest: &str,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<Begin, ApiError> {
+    let Some(idem) = idempotency_key else {
+        return Ok(Begin::New);
+    };
+    check_idempotency_key(idem)?;
+    if let Some(rec) = store.idempotency(key_id, idem)?
+        && rec.created_at.plus_millis(retention_ms) > now
+    {
+        if rec.body_digest != body_digest {
+            return Err(ApiError::param(
+                ErrorCode::IdempotencyKeyReused,
+                "Idempotency-Key",
+                "This Idempotency-Key was used with another request body.",
+            ));
+        }
+        match rec.state {
+            IdempotencyState::Done(id) => {
+                let job = store.job(id)?.ok_or_else(|| {
+                    ApiError::internal(format!("idempotency record points at missing job {id}"))
+                })?;
+                return Ok(Begin::Replay(job));
+            }
+            IdempotencyState::Accepting
+                if rec.created_at.plus_millis(ACCEPTING_TIMEOUT_MS) > now =>
+            {
+                return Err(ApiError::param(
+                    ErrorCode::IdempotencyKeyInUse,
+                    "Idempotency-Key",
+                    "A request with this Idempotency-Key is still being accepted. Retry shortly.",
+                )
+                .with_retry_after(1));
+            }
+            IdempotencyState::Accepting => {}
+        }
+    }
+    store.put_idempotency(&IdempotencyRecord {
+        key_id: key_id.to_owned(),
+        idempotency_key: idem.to_owned(),
+        body_digest: body_digest.to_owned(),
+        state: IdempotencyState::Accepting,
+        created_at: now,
+    })?;
+    Ok(Begin::New)
+}
+
+/// Gives up a claimed idempotency key, when validation refused the body.
+pub fn abandon<S: Store>(
+    store: &mut S,
+    key_id: &str,
+    idempotency_key: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(idem) = idempotency_key {
+        store.delete_idempotency(key_id, idem)?;
+    }
+    Ok(())
+}
+
+/// Second step of a submission: stores the queued job and completes the
+/// idempotency record.
+pub fn create<S: Store>(
+    store: &mut S,
+    job: Job,
+    idempotency_key: Option<&str>,
+) -> Result<Job, ApiError> {
+    if store.job(job.id)?.is_some() {
+        return Err(ApiError::internal(format!("job id {} is taken", job.id)));
+    }
+    store.put_job(&job)?;
+    if let Some(idem) = idempotency_key {
+        let mut rec = store.idempotency(&job.key_id, idem)?.ok_or_else(|| {
+            ApiError::internal(format!("idempotency key {idem:?} was not claimed"))
+        })?;
+        rec.state = IdempotencyState::Done(job.id);
+        store.put_idempotency(&rec)?;
+    }
+    Ok(job)
+}
+
+/// What trying to start a queued job did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    /// It took its Hold and runs now.
+    Started(Job),
+    /// Its Hold or the traffic limits do not fit yet; it stays queued.
+    Waiting(ApiError),
+    /// Its Hold can never fit: it failed with the 402 error as its result.
+    Failed(Job),
+}
+
+/// Starts a queued job if its Hold of `hold_tokens` fits.
+pub fn start<S: Store>(
+    store: &mut S,
+    id: JobId,
+    hold_tokens: u64,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<Start, ApiError> {
+    let mut job = load(store, id)?;
+    match ledger::admit(store, &job.key_id, &job.hold_id(), hold_tokens, now) {
+        Ok(_) => {
+            job.start(now)?;
+            store.put_job(&job)?;
+            Ok(Start::Started(job))
+        }
+        Err(e) if e.code == ErrorCode::BudgetExhausted => {
+            fail_queued(store, job, e, now, retention_ms).map(Start::Failed)
+        }
+        Err(e) if e.status() == 429 => Ok(Start::Waiting(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Fails a queued job before it ran (its Hold can never fit, or its request turned
+/// out invalid for the model); nothing was held, nothing is charged.
+pub fn fail_queued<S: Store>(
+    store: &mut S,
+    mut job: Job,
+    error: ApiError,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<Job, ApiError> {
+    job.finish(JobStatus::Failed, now, retention_ms)?;
+    store.put_result(job.id, &JobResult::Error(error.body()))?;
+    store.put_job(&job)?;
+    Ok(job)
+}
+
+/// Ends a running job: stores its result, charges `used_tokens` and releases the rest
+/// of its Hold, all in one step so that a crash can never charge it twice.
+pub fn finish<S: Store>(
+    store: &mut S,
+    id: JobId,
+    outcome: Outcome,
+    used_tokens: u64,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<(Job, Option<Settlement>), ApiError> {
+    let mut job = load(store, id)?;
+    let status = match &outcome {
+        Outcome::Succeeded(_) => JobStatus::Succeeded,
+        Outcome::Failed(_) => JobStatus::Failed,
+        Outcome::Cancelled => JobStatus::Cancelled,
+    };
+    if job.status != JobStatus::Running {
+        return Err(ApiError::internal(format!(
+            "job {id} finished while {:?}",
+            job.status
+        )));
+    }
+    job.finish(status, now, retention_ms)?;
+    match outcome {
+        Outcome::Succeeded(c) => store.put_result(id, &JobResult::Completion(c))?,
+        Outcome::Failed(e) => store.put_result(id, &JobResult::Error(e.body()))?,
+        Outcome::Cancelled => {}
+    }
+    let settlement = ledger::settle(store, &job.hold_id(), used_tokens)?;
+    store.put_job(&job)?;
+    Ok((job, settlement))
+}
+
+/// `POST …/{id}/cancel`: a queued job is cancelled at once; a running one is marked
+/// and stops at its next token; a finished one is left as it is.
+pub fn cancel<S: Store>(
+    store: &mut S,
+    key_id: &str,
+    id: JobId,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<Job, ApiError> {
+    let mut job = owned(store, key_id, id)?;
+    match job.status {
+        JobStatus::Queued => {
+            job.cancel_requested = true;
+            job.finish(JobStatus::Cancelled, now, retention_ms)?;
+        }
+        JobStatus::Running => job.cancel_requested = true,
+        _ => return Ok(job),
+    }
+    store.put_job(&job)?;
+    Ok(job)
+}
+
+/// A job of this key; 404 for a job of another key, as for none at all.
+pub fn owned<S: Store>(store: &S, key_id: &str, id: JobId) -> Result<Job, ApiError> {
+    store
+        .job(id)?
+        .filter(|j| j.key_id == key_id)
+        .ok_or_else(|| not_found(&id.to_string()))
+}
+
+/// Parses a job id from a path, answering 404 for anything that is not one.
+pub fn parse_id(text: &str) -> Result<JobId, ApiError> {
+    text.parse().map_err(|_| not_found(text))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("No job with id {id}."))
+}
+
+fn load<S: Store>(store: &S, id: JobId) -> Result<Job, ApiError> {
+    store
+        .job(id)?
+        .ok_or_else(|| ApiError::internal(format!("job {id} vanished")))
+}
+
+/// `GET …/{id}/result`.
+pub fn result<S: Store>(
+    store: &S,
+    key_id: &str,
+    id: JobId,
+    now: Timestamp,
+) -> Result<Completion, ApiError> {
+    let job = owned(store, key_id, id)?;
+    match job.status {
+        JobStatus::Queued | JobStatus::Running => {
+            return Err(ApiError::new(
+                ErrorCode::JobNotFinished,
+                format!(
+                    "Job {id} is {}; its result is not ready.",
+                    job.status.as_str()
+                ),
+            ));
+        }
+        JobStatus::Cancelled => {
+            return Err(ApiError::new(
+                ErrorCode::JobCancelled,
+                format!("Job {id} was cancelled; it has no result."),
+            ));
+        }
+        JobStatus::Succeeded | JobStatus::Failed => {}
+    }
+    if job.result_expired(now) {
+        return Err(ApiError::new(
+            ErrorCode::ResultExpired,
+            format!("The result of job {id} expired."),
+        ));
+    }
+    match store.result(id)? {
+        Some(JobResult::Completion(c)) => Ok(c),
+        Some(JobResult::Error(body)) => Err(ApiError::from_body(&body)
+            .unwrap_or_else(|| ApiError::internal(body.error.message.clone()))),
+        // Purged a moment before expires_at passed on this clock.
+        None => Err(ApiError::new(
+            ErrorCode::ResultExpired,
+            format!("The result of job {id} expired."),
+        )),
+    }
+}
+
+/// `GET /v1/completion-jobs?limit&after`: newest first.
+pub fn list<S: Store>(
+    store: &S,
+    key_id: &str,
+    limit: Option<&str>,
+    after: Option<&str>,
+    now: Timestamp,
+) -> Result<List<JobObject>, ApiError> {
+    let limit = match limit {
+        None => DEFAULT_PAGE,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid_value("limit", format!("limit is from 1 to {MAX_PAGE}."))
+            })?,
+    };
+    let after = after
+        .map(|a| {
+            a.parse::<JobId>()
+                .map_err(|_| ApiError::invalid_value("after", format!("{a:?} is not a job id.")))
+        })
+        .transpose()?;
+    let mut jobs = store.jobs_of(key_id, after, limit + 1)?;
+    let has_more = jobs.len() > limit;
+    jobs.truncate(limit);
+    let data: Vec<JobObject> = jobs.iter().map(|j| j.view(now)).collect();
+    Ok(List {
+        object: "list".into(),
+        first_id: data.first().map(|j| j.id.clone()),
+        last_id: data.last().map(|j| j.id.clone()),
+        data,
+        has_more,
+    })
+}
+
+/// Deletes expired results and idempotency records; returns how many of each went.
+pub fn purge<S: Store>(
+    store: &mut S,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<(usize, usize), ApiError> {
+    let results = store.purge_results(now)?;
+    let keys = store.purge_idempotency(now.plus_millis(-retention_ms))?;
+    Ok((results, keys))
+}
+
+/// What a process does before it serves: no request of an earlier process runs any
+/// more, so every Hold is released uncharged and every running job is queued to run
+/// again (it is charged once, when that run finishes). Returns the jobs requeued.
+pub fn recover<S: Store>(store: &mut S) -> Result<usize, ApiError> {
+    ledger::release_all(store)?;
+    let running = store.jobs_with_status(JobStatus::Running)?;
+    for mut job in running.iter().cloned() {
+        job.requeue()?;
+        store.put_job(&job)?;
+    }
+    Ok(running.len())
+}

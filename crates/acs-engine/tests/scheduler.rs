@@ -1,0 +1,333 @@
+//! The scheduler on a generated tiny model: indexing, branching, batching that changes
+//! no result, seeds, stop sequences, streaming, cancellation, memory limits.
+
+use std::sync::{Arc, Mutex};
+
+use acs_core::{CompletionRequest, Endpoint, FinishReason};
+use acs_engine::generation::model_info;
+use acs_engine::{Event, Finished, Scheduler, SchedulerConfig, prepare};
+use acs_llama::gguf::GgufFile;
+use acs_llama::model::Model;
+use acs_llama::testgen::{TestModelSpec, test_model_bytes};
+use serde_json::{Value, json};
+
+fn model() -> Arc<Model> {
+    let bytes = test_model_bytes(&TestModelSpec::tiny()).unwrap();
+    Arc::new(Model::from_gguf(Arc::new(GgufFile::from_vec(bytes).unwrap())).unwrap())
+}
+
+fn scheduler(model: &Arc<Model>) -> Scheduler {
+    Scheduler::new(
+        Arc::clone(model),
+        SchedulerConfig::with_kv_bytes(model, 64 << 20),
+    )
+}
+
+type Log = Arc<Mutex<Vec<Event>>>;
+
+fn submit(s: &mut Scheduler, body: Value) -> Log {
+    let model = Arc::clone(s.model());
+    let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
+    let g = prepare(&req, &model, &model_info(&model, "m", 0), 7).unwrap();
+    let log: Log = Arc::default();
+    let l = Arc::clone(&log);
+    s.submit(
+        g,
+        Box::new(move |e| {
+            l.lock().unwrap().push(e);
+            true
+        }),
+    )
+    .unwrap()
+    .detach();
+    log
+}
+
+fn run_to_end(s: &mut Scheduler) {
+    let mut guard = 0;
+    while !s.is_idle() {
+        s.step();
+        guard += 1;
+        assert!(guard < 10_000, "scheduler never finished");
+    }
+}
+
+fn done(log: &Log) -> Finished {
+    let events = log.lock().unwrap();
+    match events.last() {
+        Some(Event::Done(f)) => f.clone(),
+        other => panic!("request did not end with Done: {other:?}"),
+    }
+}
+
+fn texts(f: &Finished) -> Vec<String> {
+    f.choices.iter().map(|c| c.text.clone()).collect()
+}
+
+#[test]
+fn two_prompts_n2_give_indexes_0_to_3_and_prompt_usage_once() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":["ab","cde"],"max_tokens":3,"n":2}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    assert_eq!(
+        f.choices.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    let lens: u64 = ["ab", "cde"]
+        .iter()
+        .map(|p| m.tokenizer.encode(p, true, true).unwrap().len() as u64)
+        .sum();
+    assert_eq!(f.usage.prompt_tokens, lens, "each prompt counted once");
+    assert!(f.usage.completion_tokens <= 4 * 3);
+    assert_eq!(
+        f.usage.total_tokens,
+        f.usage.prompt_tokens + f.usage.completion_tokens
+    );
+    assert_eq!(
+        s.stats().prefills,
+        2,
+        "one prefill per prompt, not per choice"
+    );
+}
+
+#[test]
+fn batching_changes_no_greedy_result() {
+    let m = model();
+    let body = |p: &str| json!({"model":"m","prompt":p,"max_tokens":12,"temperature":0,"n":3});
+    let prompts = ["hello", "a much longer prompt than that", "x"];
+    let alone: Vec<Vec<String>> = prompts
+        .iter()
+        .map(|p| {
+            let mut s = scheduler(&m);
+            let log = submit(&mut s, body(p));
+            run_to_end(&mut s);
+            texts(&done(&log))
+        })
+        .collect();
+    let mut s = scheduler(&m);
+    let logs: Vec<Log> = prompts.iter().map(|p| submit(&mut s, body(p))).collect();
+    run_to_end(&mut s);
+    for (log, want) in logs.iter().zip(&alone) {
+        let got = texts(&done(log));
+        assert_eq!(&got, want);
+        assert!(got.iter().all(|t| t == &got[0]), "greedy choices agree");
+    }
+    assert!(s.stats().max_batch >= 9, "the requests ran side by side");
+}
+
+#[test]
+fn seeds_reproduce_and_choices_differ() {
+    let m = model();
+    let body = json!({"model":"m","prompt":"seed","max_tokens":16,"n":4,"seed":123});
+    let run = || {
+        let mut s = scheduler(&m);
+        let log = submit(&mut s, body.clone());
+        run_to_end(&mut s);
+        texts(&done(&log))
+    };
+    let a = run();
+    assert_eq!(a, run(), "same seed, same texts");
+    let distinct: std::collections::BTreeSet<_> = a.iter().collect();
+    assert!(distinct.len() > 1, "choices sample on their own: {a:?}");
+}
+
+#[test]
+fn streaming_deltas_add_up_to_the_texts() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":["p","q"],"max_tokens":10,"n":2,"seed":1}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    let mut streamed = vec![String::new(); 4];
+    let mut finished = vec![None; 4];
+    for e in log.lock().unwrap().iter() {
+        if let Event::Delta(cs) = e {
+            for c in cs {
+                streamed[c.index as usize].push_str(&c.text);
+                if c.finish_reason.is_some() {
+                    assert!(
+                        finished[c.index as usize].is_none(),
+                        "one final delta per choice"
+                    );
+                    finished[c.index as usize] = c.finish_reason;
+                }
+            }
+        }
+    }
+    assert_eq!(streamed, texts(&f));
+    assert_eq!(
+        finished,
+        f.choices
+            .iter()
+            .map(|c| c.finish_reason)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn stop_sequences_end_choices_without_the_stop() {
+    let m = model();
+    // Find what greedy decoding says, then stop on a piece of it.
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":"stop","max_tokens":20,"temperature":0}),
+    );
+    run_to_end(&mut s);
+    let full = texts(&done(&log)).remove(0);
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() >= 6, "greedy text too short to test: {full:?}");
+    let stop: String = chars[3..5].iter().collect();
+    let want: String = full[..full.find(&stop).unwrap()].to_owned();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":"stop","max_tokens":20,"temperature":0,"stop":[stop]}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    assert_eq!(f.choices[0].text, want);
+    assert_eq!(f.choices[0].finish_reason, Some(FinishReason::Stop));
+}
+
+#[test]
+fn max_tokens_zero_and_echo() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":"echo me","max_tokens":0,"echo":true,"n":2}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    assert_eq!(texts(&f), vec!["echo me", "echo me"]);
+    assert_eq!(f.usage.completion_tokens, 0);
+    assert!(
+        f.choices
+            .iter()
+            .all(|c| c.finish_reason == Some(FinishReason::Length))
+    );
+}
+
+#[test]
+fn logprobs_report_tokens_and_alternatives() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":"lp","max_tokens":5,"logprobs":3,"temperature":0}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    let lp = f.choices[0].logprobs.as_ref().unwrap();
+    assert_eq!(lp.tokens.len(), f.usage.completion_tokens as usize);
+    for (l, top) in lp.token_logprobs.iter().zip(&lp.top_logprobs) {
+        let l = l.unwrap();
+        let top = top.as_ref().unwrap();
+        assert!(l <= 0.0);
+        assert!(!top.is_empty() && top.len() <= 3);
+        // Greedy: the chosen token is the likeliest.
+        let best = top.values().cloned().fold(f32::NEG_INFINITY, f32::max);
+        assert!((best - l).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let req = CompletionRequest::from_value(
+        &json!({"model":"m","prompt":"long","max_tokens":200,"temperature":0}),
+        Endpoint::Completions,
+    )
+    .unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    let log: Log = Arc::default();
+    let l = Arc::clone(&log);
+    let ticket = s
+        .submit(
+            g,
+            Box::new(move |e| {
+                l.lock().unwrap().push(e);
+                true
+            }),
+        )
+        .unwrap();
+    for _ in 0..4 {
+        s.step();
+    }
+    ticket.cancel();
+    s.step();
+    assert!(s.is_idle());
+    let f = done(&log);
+    assert!(f.cancelled);
+    assert!(f.usage.completion_tokens > 0 && f.usage.completion_tokens < 200);
+}
+
+#[test]
+fn a_gone_receiver_cancels_and_a_dropped_ticket_cancels() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let req = CompletionRequest::from_value(
+        &json!({"model":"m","prompt":"x","max_tokens":100}),
+        Endpoint::Completions,
+    )
+    .unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    s.submit(g.clone(), Box::new(|e| !matches!(e, Event::Delta(_))))
+        .unwrap()
+        .detach();
+    let ticket = s.submit(g, Box::new(|_| true)).unwrap();
+    drop(ticket);
+    for _ in 0..3 {
+        s.step();
+    }
+    assert!(s.is_idle());
+}
+
+#[test]
+fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
+    let m = model();
+    let per_token = acs_engine::scheduler::kv_bytes_per_token(&m);
+    // Room for one request of 1 prompt token + 20 tokens, not two.
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 30,
+            prefill_chunk: 256,
+        },
+    );
+    let a = submit(
+        &mut s,
+        json!({"model":"m","prompt":[5],"max_tokens":20,"temperature":0}),
+    );
+    let b = submit(
+        &mut s,
+        json!({"model":"m","prompt":[6],"max_tokens":20,"temperature":0}),
+    );
+    s.step();
+    assert!(
+        a.lock().unwrap().len() == 1 && b.lock().unwrap().is_empty(),
+        "b waits"
+    );
+    run_to_end(&mut s);
+    done(&a);
+    done(&b);
+    let req = CompletionRequest::from_value(
+        &json!({"model":"m","prompt":[5],"max_tokens":40}),
+        Endpoint::Completions,
+    )
+    .unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    let e = s.submit(g, Box::new(|_| true)).unwrap_err();
+    assert_eq!((e.status(), e.param.as_deref()), (400, Some("max_tokens")));
+    assert!(per_token > 0);
+}

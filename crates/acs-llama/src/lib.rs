@@ -1,0 +1,8 @@
+//! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
+
+pub mod gguf;
+pub mod model;
+pub mod quant;
+pub mod sample;
+pub mod testgen;
+pub mod tokenizer;

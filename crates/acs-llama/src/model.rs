@@ -1,0 +1,646 @@
+//! The Llama forward pass on the CPU, for a batch of sequences of different lengths.
+//!
+//! One call of [`Model::forward`] advances every sequence of the batch by its new
+//! tokens (a whole prompt for a prefill, one token for a decode step). All new tokens
+//! of all sequences go through each weight matrix together, so a weight row is read
+//! once per step however many sequences run: that is what makes batching pay.
+//!
+//! Per block: RMSNorm → Q, K, V → RoPE → append K, V to the sequence's cache →
+//! causal grouped-query attention → output projection → residual add → RMSNorm →
+//! SwiGLU MLP → residual add → (steering add, activation capture).
+
+use std::sync::Arc;
+
+use crate::gguf::{GgufError, GgufFile, Metadata, TensorInfo};
+use crate::quant::{self, GgmlType, QuantError};
+use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerSpec};
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file is not a readable GGUF.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// A weight's format or size is wrong.
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    /// The tokenizer metadata is unusable.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The file holds another architecture.
+    #[error("unsupported architecture {0:?} (ACS runs llama)")]
+    Architecture(String),
+    /// Hyper-parameters that do not fit together.
+    #[error("inconsistent model: {0}")]
+    Shape(String),
+    /// A tensor has other dimensions than the hyper-parameters imply.
+    #[error("tensor {name} has dims {dims:?}; expected [{cols}, {rows}]")]
+    TensorShape {
+        /// The tensor.
+        name: String,
+        /// Its dims as stored.
+        dims: Vec<u64>,
+        /// Expected row length.
+        cols: usize,
+        /// Expected row count.
+        rows: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {0} is outside the vocabulary")]
+    TokenOutOfRange(u32),
+    /// The sequence would outgrow the context window.
+    #[error("sequence of {0} tokens exceeds the context window of {1}")]
+    ContextFull(usize, usize),
+}
+
+/// The hyper-parameters of a Llama model, from GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Hidden width of the MLP.
+    pub ffn: usize,
+    /// Tokens in the vocabulary.
+    pub vocab: usize,
+    /// The context window.
+    pub context: usize,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// How many dimensions of each head RoPE rotates.
+    pub rope_dims: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+}
+
+impl LlamaConfig {
+    /// Reads the `llama.*` keys.
+    pub fn from_metadata(meta: &Metadata) -> Result<Self, ModelError> {
+        let arch = meta.get_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(ModelError::Architecture(arch.to_owned()));
+        }
+        let key = |k: &str| format!("llama.{k}");
+        let d_model = meta.get_usize(&key("embedding_length"))?;
+        let n_heads = meta.get_usize(&key("attention.head_count"))?;
+        let n_kv_heads = meta
+            .get_usize(&key("attention.head_count_kv"))
+            .unwrap_or(n_heads);
+        if n_heads == 0
+            || n_kv_heads == 0
+            || !d_model.is_multiple_of(n_heads)
+            || !n_heads.is_multiple_of(n_kv_heads)
+        {
+            return Err(ModelError::Shape(format!(
+                "d_model {d_model}, {n_heads} heads, {n_kv_heads} kv heads"
+            )));
+        }
+        let head_dim = d_model / n_heads;
+        let rope_dims = meta
+            .get_usize(&key("rope.dimension_count"))
+            .unwrap_or(head_dim);
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+            return Err(ModelError::Shape(format!(
+                "rope dimension count {rope_dims} for head dim {head_dim}"
+            )));
+        }
+        let vocab = match meta.get_usize(&key("vocab_size")) {
+            Ok(v) => v,
+            Err(_) => meta.get_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let cfg = LlamaConfig {
+            d_model,
+            n_layers: meta.get_usize(&key("block_count"))?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn: meta.get_usize(&key("feed_forward_length"))?,
+            vocab,
+            context: meta.get_usize(&key("context_length"))?,
+            rope_base: meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_dims,
+            rms_eps: meta
+                .get_f32(&key("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-5),
+        };
+        if cfg.n_layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 || cfg.context == 0 {
+            return Err(ModelError::Shape(format!("{cfg:?}")));
+        }
+        Ok(cfg)
+    }
+
+    /// Width of the keys (and values) of one position.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+/// A weight matrix of `rows × cols` values in a ggml format.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    /// Its format.
+    pub ty: GgmlType,
+    /// Rows (outputs of a matmul).
+    pub rows: usize,
+    /// Values per row (inputs of a matmul).
+    pub cols: usize,
+    /// The file that holds the bytes (mapped natively), and where.
+    file: Arc<GgufFile>,
+    start: usize,
+    len: usize,
+}
+
+impl Tensor {
+    /// The raw bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.file.bytes()[self.start..self.start + self.len]
+    }
+
+    /// `out[b * rows + r] = W[r] · xs[b]` for a batch of vectors laid end to end.
+    fn matmul(&self, xs: &[f32], out: &mut [f32]) -> Result<(), QuantError> {
+        quant::matmul(self.ty, self.bytes(), self.rows, self.cols, xs, out)
+    }
+
+    /// Row `r` as f32 (embedding lookups).
+    fn row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        let rb = self.ty.row_bytes(self.cols)?;
+        quant::dequantize_row(self.ty, &self.bytes()[r * rb..(r + 1) * rb], out)
+    }
+
+    /// The whole tensor as f32 (small vectors such as norms).
+    fn to_f32(&self) -> Result<Vec<f32>, QuantError> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (r, dst) in out.chunks_exact_mut(self.cols).enumerate() {
+            self.row(r, dst)?;
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug)]
+struct Block {
+    attn_norm: Vec<f32>,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    ffn_norm: Vec<f32>,
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+}
+
+/// A loaded Llama model: weights, tokenizer and hyper-parameters.
+#[derive(Debug)]
+pub struct Model {
+    /// Hyper-parameters.
+    pub config: LlamaConfig,
+    /// The model's own tokenizer.
+    pub tokenizer: Tokenizer,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    out_norm: Vec<f32>,
+    output: Tensor,
+    /// Inverse frequencies of RoPE, one per rotated pair.
+    rope_inv_freq: Vec<f32>,
+}
+
+fn tensor(
+    file: &Arc<GgufFile>,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<Tensor, ModelError> {
+    let (info, data) = file.tensor_data(name)?;
+    check_dims(info, cols, rows)?;
+    let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+    Ok(Tensor {
+        ty: info.ty,
+        rows,
+        cols,
+        file: Arc::clone(file),
+        start,
+        len: data.len(),
+    })
+}
+
+/// The `tokenizer.ggml.*` keys of a GGUF file; absent optional keys stay `None`.
+pub fn tokenizer_spec(meta: &Metadata) -> Result<TokenizerSpec, GgufError> {
+    let id = |k: &str| meta.get_u32(&format!("tokenizer.ggml.{k}")).ok();
+    let flag = |k: &str| meta.get_bool(&format!("tokenizer.ggml.{k}")).ok();
+    let has = |k: &str| meta.get(&format!("tokenizer.ggml.{k}")).is_some();
+    Ok(TokenizerSpec {
+        model: meta.get_str("tokenizer.ggml.model")?.to_owned(),
+        pre: meta.get_str("tokenizer.ggml.pre").ok().map(str::to_owned),
+        tokens: meta.get_str_array("tokenizer.ggml.tokens")?.to_vec(),
+        token_types: if has("token_type") {
+            meta.get_i32_array("tokenizer.ggml.token_type")?.to_vec()
+        } else {
+            Vec::new()
+        },
+        scores: if has("scores") {
+            meta.get_f32_array("tokenizer.ggml.scores")?.to_vec()
+        } else {
+            Vec::new()
+        },
+        merges: if has("merges") {
+            meta.get_str_array("tokenizer.ggml.merges")?.to_vec()
+        } else {
+            Vec::new()
+        },
+        bos: id("bos_token_id"),
+        eos: id("eos_token_id"),
+        unk: id("unknown_token_id"),
+        pad: id("padding_token_id"),
+        add_bos: flag("add_bos_token"),
+        add_eos: flag("add_eos_token"),
+        add_space_prefix: flag("add_space_prefix"),
+    })
+}
+
+fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
+    if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
+        return Err(ModelError::TensorShape {
+            name: info.name.clone(),
+            dims: info.dims.clone(),
+            cols,
+            rows,
+        });
+    }
+    Ok(())
+}
+
+impl Model {
+    /// Loads a model from a GGUF file held by `file` (mapped natively).
+    pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        let meta = file.metadata();
+        let config = LlamaConfig::from_metadata(meta)?;
+        let tokenizer = Tokenizer::from_spec(tokenizer_spec(meta)?)?;
+        let c = &config;
+        let vec = |name: &str, n: usize| -> Result<Vec<f32>, ModelError> {
+            Ok(tensor(&file, name, n, 1)?.to_f32()?)
+        };
+        let embed = tensor(&file, "token_embd.weight", c.d_model, c.vocab)?;
+        let output = if file
+            .header()
+            .tensors
+            .iter()
+            .any(|t| t.name == "output.weight")
+        {
+            tensor(&file, "output.weight", c.d_model, c.vocab)?
+        } else {
+            embed.clone()
+        };
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let n = |part: &str| format!("blk.{l}.{part}.weight");
+            blocks.push(Block {
+                attn_norm: vec(&n("attn_norm"), c.d_model)?,
+                wq: tensor(&file, &n("attn_q"), c.d_model, c.d_model)?,
+                wk: tensor(&file, &n("attn_k"), c.d_model, c.kv_dim())?,
+                wv: tensor(&file, &n("attn_v"), c.d_model, c.kv_dim())?,
+                wo: tensor(&file, &n("attn_output"), c.d_model, c.d_model)?,
+                ffn_norm: vec(&n("ffn_norm"), c.d_model)?,
+                gate: tensor(&file, &n("ffn_gate"), c.d_model, c.ffn)?,
+                up: tensor(&file, &n("ffn_up"), c.d_model, c.ffn)?,
+                down: tensor(&file, &n("ffn_down"), c.ffn, c.d_model)?,
+            });
+        }
+        let out_norm = vec("output_norm.weight", c.d_model)?;
+        let rope_inv_freq = (0..c.rope_dims / 2)
+            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+            .collect();
+        Ok(Model {
+            config,
+            tokenizer,
+            embed,
+            blocks,
+            out_norm,
+            output,
+            rope_inv_freq,
+        })
+    }
+
+    /// Opens and loads a GGUF file.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
+        Self::from_gguf(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// An empty KV cache for one sequence.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            k: vec![Vec::new(); self.config.n_layers],
+            v: vec![Vec::new(); self.config.n_layers],
+            len: 0,
+            kv_dim: self.config.kv_dim(),
+        }
+    }
+
+    /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
+    /// logits it asked for and the activations it captured.
+    pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
+        let c = &self.config;
+        let d = c.d_model;
+        // Row ranges of each sequence's new tokens in the batch matrix.
+        let mut spans = Vec::with_capacity(batch.len());
+        let mut total = 0usize;
+        for s in batch.iter() {
+            let end = s.cache.len + s.tokens.len();
+            if end > c.context {
+                return Err(ModelError::ContextFull(end, c.context));
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= c.vocab) {
+                return Err(ModelError::TokenOutOfRange(bad));
+            }
+            spans.push(total..total + s.tokens.len());
+            total += s.tokens.len();
+        }
+        let mut outputs: Vec<SeqOutput> = batch.iter().map(|_| SeqOutput::default()).collect();
+        if total == 0 {
+            return Ok(outputs);
+        }
+
+        let mut x = vec![0f32; total * d];
+        for (s, span) in batch.iter().zip(&spans) {
+            for (i, &t) in s.tokens.iter().enumerate() {
+                let row = &mut x[(span.start + i) * d..(span.start + i + 1) * d];
+                self.embed.row(t as usize, row)?;
+            }
+        }
+        // Positions of each row, for RoPE and the causal mask.
+        let positions: Vec<usize> = batch
+            .iter()
+            .flat_map(|s| (0..s.tokens.len()).map(move |i| s.cache.len + i))
+            .collect();
+
+        let kv = c.kv_dim();
+        let mut xn = vec![0f32; total * d];
+        let mut q = vec![0f32; total * d];
+        let mut k = vec![0f32; total * kv];
+        let mut v = vec![0f32; total * kv];
+        let mut attn = vec![0f32; total * d];
+        let mut proj = vec![0f32; total * d];
+        let mut gate = vec![0f32; total * c.ffn];
+        let mut up = vec![0f32; total * c.ffn];
+
+        for (l, b) in self.blocks.iter().enumerate() {
+            rms_norm(&x, &b.attn_norm, c.rms_eps, &mut xn);
+            b.wq.matmul(&xn, &mut q)?;
+            b.wk.matmul(&xn, &mut k)?;
+            b.wv.matmul(&xn, &mut v)?;
+            for (r, &pos) in positions.iter().enumerate() {
+                self.rope(&mut q[r * d..(r + 1) * d], pos);
+                self.rope(&mut k[r * kv..(r + 1) * kv], pos);
+            }
+            for (s, span) in batch.iter_mut().zip(&spans) {
+                s.cache.k[l].extend_from_slice(&k[span.start * kv..span.end * kv]);
+                s.cache.v[l].extend_from_slice(&v[span.start * kv..span.end * kv]);
+            }
+            let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
+            self.attention(l, &q, &caches, &spans, &positions, &mut attn);
+            b.wo.matmul(&attn, &mut proj)?;
+            add(&mut x, &proj);
+
+            rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
+            b.gate.matmul(&xn, &mut gate)?;
+            b.up.matmul(&xn, &mut up)?;
+            for (g, u) in gate.iter_mut().zip(&up) {
+                *g = silu(*g) * u;
+            }
+            b.down.matmul(&gate, &mut proj)?;
+            add(&mut x, &proj);
+
+            for ((s, span), out) in batch.iter().zip(&spans).zip(&mut outputs) {
+                let rows = &mut x[span.start * d..span.end * d];
+                for add_vec in s.steering.iter().filter(|a| a.layer == l) {
+                    for row in rows.chunks_exact_mut(d) {
+                        add(row, &add_vec.vector);
+                    }
+                }
+                if s.capture.contains(&l) {
+                    out.captured.push((l, rows.to_vec()));
+                }
+            }
+        }
+        for s in batch.iter_mut() {
+            s.cache.len += s.tokens.len();
+        }
+
+        // Logits only for the rows that sample (or score): a vocab-wide matmul per
+        // row is the most expensive single step of a decode.
+        let mut rows = Vec::new();
+        for (s, span) in batch.iter().zip(&spans) {
+            match s.logits {
+                Logits::None => {}
+                Logits::Last => rows.push(span.end - 1),
+                Logits::All => rows.extend(span.clone()),
+            }
+        }
+        if !rows.is_empty() {
+            let mut h = vec![0f32; rows.len() * d];
+            for (dst, &r) in h.chunks_exact_mut(d).zip(&rows) {
+                dst.copy_from_slice(&x[r * d..(r + 1) * d]);
+            }
+            let mut hn = vec![0f32; h.len()];
+            rms_norm(&h, &self.out_norm, c.rms_eps, &mut hn);
+            let mut logits = vec![0f32; rows.len() * c.vocab];
+            self.output.matmul(&hn, &mut logits)?;
+            let mut chunks = logits.chunks_exact(c.vocab);
+            for (s, out) in batch.iter().zip(&mut outputs) {
+                let n = match s.logits {
+                    Logits::None => 0,
+                    Logits::Last => 1,
+                    Logits::All => s.tokens.len(),
+                };
+                for _ in 0..n {
+                    out.logits
+                        .extend_from_slice(chunks.next().expect("one chunk per row"));
+                }
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// Rotates each head of `x` (pairs of adjacent values, ggml's "normal" mode that
+    /// llama GGUFs are converted for) by the angles of position `pos`.
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let hd = self.config.head_dim;
+        for head in x.chunks_exact_mut(hd) {
+            for (pair, &f) in head.chunks_exact_mut(2).zip(&self.rope_inv_freq) {
+                let (sin, cos) = (pos as f32 * f).sin_cos();
+                let (a, b) = (pair[0], pair[1]);
+                pair[0] = a * cos - b * sin;
+                pair[1] = a * sin + b * cos;
+            }
+        }
+    }
+
+    /// Causal grouped-query attention of every new row against its sequence's cache.
+    fn attention(
+        &self,
+        layer: usize,
+        q: &[f32],
+        caches: &[&KvCache],
+        spans: &[std::ops::Range<usize>],
+        positions: &[usize],
+        out: &mut [f32],
+    ) {
+        let c = &self.config;
+        let (d, hd, kv) = (c.d_model, c.head_dim, c.kv_dim());
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        // Which sequence each row belongs to.
+        let mut owner = vec![0usize; positions.len()];
+        for (si, span) in spans.iter().enumerate() {
+            owner[span.clone()].fill(si);
+        }
+        let work = |(r, dst): (usize, &mut [f32])| {
+            let cache = caches[owner[r]];
+            let (keys, values) = (&cache.k[layer], &cache.v[layer]);
+            let n = positions[r] + 1;
+            let mut scores = vec![0f32; n];
+            for h in 0..c.n_heads {
+                let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
+                let kvh = (h / group) * hd;
+                let mut max = f32::NEG_INFINITY;
+                for (t, s) in scores.iter_mut().enumerate() {
+                    let kt = &keys[t * kv + kvh..t * kv + kvh + hd];
+                    *s = dot(qh, kt) * scale;
+                    max = max.max(*s);
+                }
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let oh = &mut dst[h * hd..(h + 1) * hd];
+                oh.fill(0.0);
+                for (t, &s) in scores.iter().enumerate() {
+                    let w = s / sum;
+                    let vt = &values[t * kv + kvh..t * kv + kvh + hd];
+                    for (o, &vv) in oh.iter_mut().zip(vt) {
+                        *o += w * vv;
+                    }
+                }
+            }
+        };
+        par_rows(out, d, work);
+    }
+}
+
+/// Runs `f` on each `width`-wide row of `out` with its index; in parallel natively.
+fn par_rows<F>(out: &mut [f32], width: usize, f: F)
+where
+    F: Fn((usize, &mut [f32])) + Sync + Send,
+{
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        out.par_chunks_mut(width).enumerate().for_each(f);
+    }
+    #[cfg(target_arch = "wasm32")]
+    out.chunks_mut(width).enumerate().for_each(f);
+}
+
+/// One sequence's keys and values for every layer so far.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+    kv_dim: usize,
+}
+
+impl KvCache {
+    /// Positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes this cache holds, for memory accounting.
+    pub fn bytes(&self) -> usize {
+        2 * self.k.len() * self.len * self.kv_dim * std::mem::size_of::<f32>()
+    }
+}
+
+/// `scale × vector` to add to the residual stream after block `layer`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerAdd {
+    /// The block after which it is added.
+    pub layer: usize,
+    /// The vector, already multiplied by its scale.
+    pub vector: Vec<f32>,
+}
+
+/// Which logits a sequence wants from a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prefill whose last token is sampled elsewhere, or a read-out).
+    None,
+    /// The last new position's (the one to sample from).
+    Last,
+    /// Every new position's (scoring an echoed prompt).
+    All,
+}
+
+/// One sequence's part of a batch step.
+#[derive(Debug)]
+pub struct SeqInput<'a> {
+    /// Its cache; the new tokens are appended.
+    pub cache: &'a mut KvCache,
+    /// The new tokens.
+    pub tokens: &'a [u32],
+    /// Vectors to add after given blocks, for this sequence only.
+    pub steering: &'a [LayerAdd],
+    /// Blocks after which to copy out the residual stream of the new tokens.
+    pub capture: &'a [usize],
+    /// Which logits to return.
+    pub logits: Logits,
+}
+
+/// What one sequence got from a step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SeqOutput {
+    /// `vocab` logits per returned position, end to end.
+    pub logits: Vec<f32>,
+    /// `(layer, rows × d_model)` residual stream after that block, new tokens only.
+    pub captured: Vec<(usize, Vec<f32>)>,
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
+            *o = v * inv * g;
+        }
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}

@@ -1,0 +1,1396 @@
+//! ggml weight formats: the block layouts GGUF files store, how to expand them, and the
+//! dot products that make CPU inference fast.
+//!
+//! The hot loop of a CPU forward pass is "one quantized weight row · one activation
+//! vector", repeated for every row of every matrix, every token. Expanding each row to
+//! f32 first would triple the memory traffic, so the fast path follows llama.cpp: the
+//! activation vector is rounded once per matmul to 8-bit blocks of 32
+//! ([`QuantizedActivations`]) and every weight block is dotted against it with integer
+//! multiply-adds (AVX2 where the CPU has it, portable scalar code elsewhere, e.g. wasm).
+//!
+//! Block layouts are exactly ggml's (`ggml-common.h`); all multi-byte fields are
+//! little-endian, scales are IEEE half floats.
+
+use half::{bf16, f16};
+
+/// Values per activation block (and per block of the 32-wide weight formats).
+const QK: usize = 32;
+
+/// A ggml tensor element type, numbered as in `ggml.h` (the number GGUF stores).
+///
+/// Every type ggml defines is listed so that a file's tensor sizes can be computed even
+/// when the type has no kernel here; [`GgmlType::is_supported`] says which ones do.
+// ggml's own spellings (Q4_K, IQ2_XXS), so names match llama.cpp's logs and docs.
+#[allow(missing_docs, non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ1_S,
+    IQ4_NL,
+    IQ3_S,
+    IQ2_S,
+    IQ4_XS,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    IQ1_M,
+    BF16,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
+    NVFP4,
+    Q1_0,
+}
+
+/// (type, ggml id, values per block, bytes per block), from `ggml.c`'s type traits.
+const TYPE_TABLE: [(GgmlType, u32, usize, usize); 34] = [
+    (GgmlType::F32, 0, 1, 4),
+    (GgmlType::F16, 1, 1, 2),
+    (GgmlType::Q4_0, 2, 32, 18),
+    (GgmlType::Q4_1, 3, 32, 20),
+    (GgmlType::Q5_0, 6, 32, 22),
+    (GgmlType::Q5_1, 7, 32, 24),
+    (GgmlType::Q8_0, 8, 32, 34),
+    (GgmlType::Q8_1, 9, 32, 36),
+    (GgmlType::Q2_K, 10, 256, 84),
+    (GgmlType::Q3_K, 11, 256, 110),
+    (GgmlType::Q4_K, 12, 256, 144),
+    (GgmlType::Q5_K, 13, 256, 176),
+    (GgmlType::Q6_K, 14, 256, 210),
+    (GgmlType::Q8_K, 15, 256, 292),
+    (GgmlType::IQ2_XXS, 16, 256, 66),
+    (GgmlType::IQ2_XS, 17, 256, 74),
+    (GgmlType::IQ3_XXS, 18, 256, 98),
+    (GgmlType::IQ1_S, 19, 256, 50),
+    (GgmlType::IQ4_NL, 20, 32, 18),
+    (GgmlType::IQ3_S, 21, 256, 110),
+    (GgmlType::IQ2_S, 22, 256, 82),
+    (GgmlType::IQ4_XS, 23, 256, 136),
+    (GgmlType::I8, 24, 1, 1),
+    (GgmlType::I16, 25, 1, 2),
+    (GgmlType::I32, 26, 1, 4),
+    (GgmlType::I64, 27, 1, 8),
+    (GgmlType::F64, 28, 1, 8),
+    (GgmlType::IQ1_M, 29, 256, 56),
+    (GgmlType::BF16, 30, 1, 2),
+    (GgmlType::TQ1_0, 34, 256, 54),
+    (GgmlType::TQ2_0, 35, 256, 66),
+    (GgmlType::MXFP4, 39, 32, 17),
+    (GgmlType::NVFP4, 40, 64, 36),
+    (GgmlType::Q1_0, 41, 128, 18),
+];
+
+impl GgmlType {
+    /// The types this module can dequantize and dot.
+    pub const SUPPORTED: [GgmlType; 9] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    fn entry(self) -> (GgmlType, u32, usize, usize) {
+        // The table lists every variant exactly once (checked by a unit test).
+        TYPE_TABLE
+            .into_iter()
+            .find(|e| e.0 == self)
+            .unwrap_or((self, u32::MAX, 1, 0))
+    }
+
+    /// The type with ggml's number `id`, or `None` for a number ggml does not define.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        TYPE_TABLE.into_iter().find(|e| e.1 == id).map(|e| e.0)
+    }
+
+    /// ggml's number for this type, as stored in GGUF tensor infos.
+    pub fn id(self) -> u32 {
+        self.entry().1
+    }
+
+    /// Values per block (1 for plain number types).
+    pub fn block_size(self) -> usize {
+        self.entry().2
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        self.entry().3
+    }
+
+    /// Whether [`dequantize_row`], [`dot_row`] and [`matmul`] handle this type.
+    pub fn is_supported(self) -> bool {
+        Self::SUPPORTED.contains(&self)
+    }
+
+    /// Whether [`matmul`] rounds activations to 8 bits for this type (all block
+    /// formats); float weights are dotted against the exact f32 activations.
+    pub fn uses_q8_activations(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Bytes of one row of `n_cols` values; rows must hold whole blocks.
+    pub fn row_bytes(self, n_cols: usize) -> Result<usize, QuantError> {
+        let block = self.block_size();
+        if !n_cols.is_multiple_of(block) {
+            return Err(QuantError::RaggedRow {
+                ty: self,
+                n_cols,
+                block,
+            });
+        }
+        (n_cols / block)
+            .checked_mul(self.block_bytes())
+            .ok_or(QuantError::Overflow)
+    }
+}
+
+/// Why a quantized-data operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    /// The type has no dequantizer or dot kernel here.
+    #[error("ggml type {0:?} is not supported")]
+    Unsupported(GgmlType),
+    /// A row length that does not split into whole blocks.
+    #[error("row length {n_cols} is not a multiple of the {ty:?} block size {block}")]
+    RaggedRow {
+        /// The weight type.
+        ty: GgmlType,
+        /// The requested row length.
+        n_cols: usize,
+        /// The type's block size.
+        block: usize,
+    },
+    /// A buffer whose length does not match the shape.
+    #[error("{what} has length {actual}, expected {expected}")]
+    Length {
+        /// Which buffer.
+        what: &'static str,
+        /// The length the shape implies.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// A size that does not fit in `usize`.
+    #[error("tensor size overflows usize")]
+    Overflow,
+}
+
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), QuantError> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(QuantError::Length {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+#[inline(always)]
+fn le_f16(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+/// The 6-bit scale and min of sub-block `j` from a Q4_K / Q5_K packed scale array
+/// (ggml's `get_scale_min_k4`).
+#[inline(always)]
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+fn unpack_scales_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], mn[j]) = scale_min_k4(j, q);
+    }
+    (sc, mn)
+}
+
+/// Expands one row of `ty` (`bytes` = whole blocks) into `out`.
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    check_len("row bytes", ty.row_bytes(out.len())?, bytes.len())?;
+    let bs = ty.block_size();
+    let bb = ty.block_bytes();
+    for (blk, y) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+        dequantize_block(ty, blk, y);
+    }
+    Ok(())
+}
+
+/// Expands one block; `b` and `y` have the type's block sizes.
+fn dequantize_block(ty: GgmlType, b: &[u8], y: &mut [f32]) {
+    match ty {
+        GgmlType::F32 => y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        GgmlType::F16 => y[0] = le_f16(b, 0),
+        GgmlType::BF16 => y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        GgmlType::Q8_0 => {
+            let d = le_f16(b, 0);
+            for (v, &q) in y.iter_mut().zip(&b[2..34]) {
+                *v = d * f32::from(q as i8);
+            }
+        }
+        GgmlType::Q4_0 => {
+            let d = le_f16(b, 0);
+            for (j, &q) in b[2..18].iter().enumerate() {
+                y[j] = d * f32::from((q & 0xF) as i8 - 8);
+                y[j + 16] = d * f32::from((q >> 4) as i8 - 8);
+            }
+        }
+        GgmlType::Q4_1 => {
+            let (d, m) = (le_f16(b, 0), le_f16(b, 2));
+            for (j, &q) in b[4..20].iter().enumerate() {
+                y[j] = d * f32::from(q & 0xF) + m;
+                y[j + 16] = d * f32::from(q >> 4) + m;
+            }
+        }
+        GgmlType::Q4_K => {
+            let (d, dmin) = (le_f16(b, 0), le_f16(b, 2));
+            let (sc, mn) = unpack_scales_k4(&b[4..16]);
+            let qs = &b[16..144];
+            for j in 0..4 {
+                let q = &qs[32 * j..32 * j + 32];
+                let (d1, m1) = (d * f32::from(sc[2 * j]), dmin * f32::from(mn[2 * j]));
+                let (d2, m2) = (
+                    d * f32::from(sc[2 * j + 1]),
+                    dmin * f32::from(mn[2 * j + 1]),
+                );
+                for l in 0..32 {
+                    y[64 * j + l] = d1 * f32::from(q[l] & 0xF) - m1;
+                    y[64 * j + 32 + l] = d2 * f32::from(q[l] >> 4) - m2;
+                }
+            }
+        }
+        GgmlType::Q5_K => {
+            let (d, dmin) = (le_f16(b, 0), le_f16(b, 2));
+            let (sc, mn) = unpack_scales_k4(&b[4..16]);
+            let qh = &b[16..48];
+            let qs = &b[48..176];
+            for j in 0..4 {
+                let q = &qs[32 * j..32 * j + 32];
+                let (d1, m1) = (d * f32::from(sc[2 * j]), dmin * f32::from(mn[2 * j]));
+                let (d2, m2) = (
+                    d * f32::from(sc[2 * j + 1]),
+                    dmin * f32::from(mn[2 * j + 1]),
+                );
+                for l in 0..32 {
+                    let h1 = ((qh[l] >> (2 * j)) & 1) << 4;
+                    let h2 = ((qh[l] >> (2 * j + 1)) & 1) << 4;
+                    y[64 * j + l] = d1 * f32::from((q[l] & 0xF) | h1) - m1;
+                    y[64 * j + 32 + l] = d2 * f32::from((q[l] >> 4) | h2) - m2;
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            let d = le_f16(b, 208);
+            for (e, v) in y.iter_mut().enumerate() {
+                *v = d * f32::from(b[192 + e / 16] as i8) * f32::from(q6k_value(b, e));
+            }
+        }
+        _ => unreachable!("dequantize_block is only called for supported types"),
+    }
+}
+
+/// The signed 6-bit value of element `e` (0..256) of a Q6_K block.
+#[inline(always)]
+fn q6k_value(b: &[u8], e: usize) -> i8 {
+    let (half, p) = (e / 128, e % 128);
+    let (g, l) = (p / 32, p % 32);
+    let ql = b[64 * half + (g & 1) * 32 + l];
+    let qh = b[128 + 32 * half + l];
+    let lo = (ql >> (4 * (g >> 1))) & 0xF;
+    let hi = (qh >> (2 * g)) & 3;
+    (lo | (hi << 4)) as i8 - 32
+}
+
+/// Dot product of one weight row with an f32 vector, exact up to f32 rounding.
+///
+/// The row is expanded one block at a time on the stack, never as a whole. This is the
+/// reference path (and the path for float weights); [`dot_row_q8`] is the fast one.
+pub fn dot_row(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32, QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    check_len("row bytes", ty.row_bytes(x.len())?, row.len())?;
+    Ok(dot_row_f32_unchecked(ty, row, x))
+}
+
+fn dot_row_f32_unchecked(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
+    match ty {
+        GgmlType::F32 => row
+            .chunks_exact(4)
+            .zip(x)
+            .map(|(b, &x)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x)
+            .sum(),
+        _ => {
+            // Float types have block size 1; expand them 256 values at a time so the
+            // multiply-add loop below runs over a slice the compiler can vectorise.
+            let bs = ty.block_size();
+            let per = if bs == 1 { 256 } else { bs };
+            let chunk_bytes = per / bs * ty.block_bytes();
+            let mut buf = [0f32; 256];
+            let mut acc = 0f32;
+            for (b, xs) in row.chunks(chunk_bytes).zip(x.chunks(per)) {
+                let y = &mut buf[..xs.len()];
+                for (blk, yv) in b.chunks_exact(ty.block_bytes()).zip(y.chunks_exact_mut(bs)) {
+                    dequantize_block(ty, blk, yv);
+                }
+                acc += y.iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
+            }
+            acc
+        }
+    }
+}
+
+/// One block of 32 activations rounded to 8 bits: `x[i] ≈ d * qs[i]`.
+///
+/// The sums of the two 16-value halves let the kernels fold in the weight formats'
+/// offsets (Q4_0's −8, Q4_1's and the K-quants' mins, Q6_K's −32) with one scalar
+/// multiply per block instead of per value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct BlockQ8 {
+    qs: [i8; QK],
+    d: f32,
+    sums: [i16; 2],
+    /// `d * (sum of qs)`: the term a weight block's min or offset multiplies.
+    s: f32,
+}
+
+impl BlockQ8 {}
+
+/// An activation vector rounded once to 8-bit blocks of 32, to be dotted against many
+/// quantized weight rows ([`dot_row_q8`], [`matmul_q8`]).
+#[derive(Debug, Clone, Default)]
+pub struct QuantizedActivations {
+    len: usize,
+    blocks: Vec<BlockQ8>,
+}
+
+impl QuantizedActivations {
+    /// Number of activations (before padding to whole blocks).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the vector is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Re-quantizes `x` into this buffer, reusing its allocation.
+    pub fn quantize_from(&mut self, x: &[f32]) {
+        self.len = x.len();
+        self.blocks.clear();
+        self.blocks.extend(x.chunks(QK).map(|c| {
+            let mut v = [0f32; QK];
+            v[..c.len()].copy_from_slice(c);
+            quantize_block_q8(&v)
+        }));
+    }
+}
+
+fn quantize_block_q8(v: &[f32; QK]) -> BlockQ8 {
+    let amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; QK];
+    for (q, &x) in qs.iter_mut().zip(v) {
+        // |x * id| <= 127 (up to rounding), and `as` saturates NaN to 0.
+        *q = (x * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    let half = |r: &[i8]| r.iter().map(|&q| i16::from(q)).sum::<i16>();
+    let sums = [half(&qs[..16]), half(&qs[16..])];
+    BlockQ8 {
+        qs,
+        d,
+        sums,
+        s: d * f32::from(sums[0] + sums[1]),
+    }
+}
+
+/// Rounds an activation vector to 8-bit blocks of 32 (llama.cpp's Q8 activations).
+pub fn quantize_activations(x: &[f32]) -> QuantizedActivations {
+    let mut q = QuantizedActivations::default();
+    q.quantize_from(x);
+    q
+}
+
+/// Which instruction set the kernels may use, decided once by runtime detection.
+#[derive(Debug, Clone, Copy)]
+enum Isa {
+    Scalar,
+    /// Holding this value proves AVX2, FMA and F16C were detected on this CPU.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(x86::Avx2Token),
+}
+
+impl Isa {
+    fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = x86::Avx2Token::detect() {
+            return Isa::Avx2(t);
+        }
+        Isa::Scalar
+    }
+}
+
+/// Fast dot product of one quantized weight row with quantized activations.
+///
+/// Float weight types (F32, F16, BF16) are accepted too, against the 8-bit values, but
+/// [`matmul`] keeps f32 activations for them.
+pub fn dot_row_q8(ty: GgmlType, row: &[u8], qx: &QuantizedActivations) -> Result<f32, QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    check_len("row bytes", ty.row_bytes(qx.len)?, row.len())?;
+    Ok(dot_q8_dispatch(Isa::detect(), ty, row, &qx.blocks))
+}
+
+/// Picks the kernel; `row` must hold exactly `x.len()` blocks' worth of values.
+#[inline]
+fn dot_q8_dispatch(isa: Isa, ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(t) => match ty {
+            GgmlType::Q4_0 => x86::dot_q4_0(t, row, x),
+            GgmlType::Q4_1 => x86::dot_q4_1(t, row, x),
+            GgmlType::Q8_0 => x86::dot_q8_0(t, row, x),
+            GgmlType::Q4_K => x86::dot_q4_k(t, row, x),
+            GgmlType::Q5_K => x86::dot_q5_k(t, row, x),
+            GgmlType::Q6_K => x86::dot_q6_k(t, row, x),
+            _ => scalar::dot(ty, row, x),
+        },
+        Isa::Scalar => scalar::dot(ty, row, x),
+    }
+}
+
+/// `out[b * n_rows + r] = W[r] · xs[b * n_cols ..][..n_cols]` for a row-major weight
+/// matrix `W` of `n_rows × n_cols` values of type `ty`, for a batch of activation
+/// vectors laid end to end in `xs`.
+///
+/// Block formats round each activation vector to 8 bits first (as llama.cpp does);
+/// each weight row is read once for the whole batch, which is what makes batched
+/// decoding cheaper per token than one vector at a time.
+pub fn matmul(
+    ty: GgmlType,
+    weights: &[u8],
+    n_rows: usize,
+    n_cols: usize,
+    xs: &[f32],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    if n_cols == 0 || !xs.len().is_multiple_of(n_cols) {
+        return Err(QuantError::Length {
+            what: "activations",
+            expected: n_cols,
+            actual: xs.len(),
+        });
+    }
+    if ty.uses_q8_activations() {
+        let qxs: Vec<QuantizedActivations> =
+            xs.chunks_exact(n_cols).map(quantize_activations).collect();
+        return matmul_q8(ty, weights, n_rows, n_cols, &qxs, out);
+    }
+    let batch = xs.len() / n_cols;
+    let rb = check_matrix(ty, weights, n_rows, n_cols, batch, out.len())?;
+    run_rows(n_rows, batch, rb, out, |r, dst| {
+        let row = &weights[r * rb..(r + 1) * rb];
+        for (d, x) in dst.iter_mut().zip(xs.chunks_exact(n_cols)) {
+            *d = dot_row_f32_unchecked(ty, row, x);
+        }
+    });
+    Ok(())
+}
+
+/// [`matmul`] with activations already quantized, so that one input can feed several
+/// matrices (e.g. Q, K and V) after a single rounding. Block formats only.
+pub fn matmul_q8(
+    ty: GgmlType,
+    weights: &[u8],
+    n_rows: usize,
+    n_cols: usize,
+    qxs: &[QuantizedActivations],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    if !ty.is_supported() || !ty.uses_q8_activations() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    for q in qxs {
+        check_len("quantized activations", n_cols, q.len)?;
+    }
+    let rb = check_matrix(ty, weights, n_rows, n_cols, qxs.len(), out.len())?;
+    let isa = Isa::detect();
+    run_rows(n_rows, qxs.len(), rb, out, |r, dst| {
+        dot_q8_batch(isa, ty, &weights[r * rb..(r + 1) * rb], qxs, dst);
+    });
+    Ok(())
+}
+
+/// One weight row against every vector of a batch: four at a time where a kernel
+/// unpacks each weight block once for all four, then one at a time.
+fn dot_q8_batch(isa: Isa, ty: GgmlType, row: &[u8], qxs: &[QuantizedActivations], dst: &mut [f32]) {
+    let done = dot4_prefix(isa, ty, row, qxs, dst);
+    for (d, q) in dst[done..].iter_mut().zip(&qxs[done..]) {
+        *d = dot_q8_dispatch(isa, ty, row, &q.blocks);
+    }
+}
+
+/// Fills `dst` for the leading groups of four vectors where a four-wide kernel exists;
+/// returns how many vectors it did.
+#[cfg(target_arch = "x86_64")]
+fn dot4_prefix(
+    isa: Isa,
+    ty: GgmlType,
+    row: &[u8],
+    qxs: &[QuantizedActivations],
+    dst: &mut [f32],
+) -> usize {
+    let Isa::Avx2(t) = isa else {
+        return 0;
+    };
+    let mut done = 0;
+    while let (Some(q), Some(d)) = (qxs.get(done..done + 4), dst.get_mut(done..done + 4)) {
+        let xs = [&q[0].blocks[..], &q[1].blocks, &q[2].blocks, &q[3].blocks];
+        let Some(v) = x86::dot4(t, ty, row, xs) else {
+            break;
+        };
+        d.copy_from_slice(&v);
+        done += 4;
+    }
+    done
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn dot4_prefix(_: Isa, _: GgmlType, _: &[u8], _: &[QuantizedActivations], _: &mut [f32]) -> usize {
+    0
+}
+
+/// Validates a matmul's shapes and returns the bytes per weight row.
+fn check_matrix(
+    ty: GgmlType,
+    weights: &[u8],
+    n_rows: usize,
+    n_cols: usize,
+    batch: usize,
+    out_len: usize,
+) -> Result<usize, QuantError> {
+    let rb = ty.row_bytes(n_cols)?;
+    let total = rb.checked_mul(n_rows).ok_or(QuantError::Overflow)?;
+    check_len("weights", total, weights.len())?;
+    let out_total = n_rows.checked_mul(batch).ok_or(QuantError::Overflow)?;
+    check_len("output", out_total, out_len)?;
+    Ok(rb)
+}
+
+/// Calls `f(row, dst)` for every weight row, where `dst` receives that row's result
+/// for each batch entry; spreads rows over threads natively, then transposes the
+/// row-major results into the batch-major `out`.
+fn run_rows<F>(n_rows: usize, batch: usize, row_bytes: usize, out: &mut [f32], f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    if batch == 0 || n_rows == 0 {
+        return;
+    }
+    if batch == 1 {
+        rows_parallel(batch, row_bytes, out, &f);
+        return;
+    }
+    let mut by_row = vec![0f32; n_rows * batch];
+    rows_parallel(batch, row_bytes, &mut by_row, &f);
+    for (r, vals) in by_row.chunks_exact(batch).enumerate() {
+        for (b, &v) in vals.iter().enumerate() {
+            out[b * n_rows + r] = v;
+        }
+    }
+}
+
+/// Fills `by_row` (row-major: `batch` results per row) with `f`, in parallel natively.
+fn rows_parallel<F>(batch: usize, row_bytes: usize, by_row: &mut [f32], f: &F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    // About 16 KiB of weights per task: big enough to amortise scheduling, small
+    // enough to balance two cores on the smallest matrices.
+    let rows_per_task = (16384 / row_bytes.max(1)).clamp(4, 1024);
+    let chunk = rows_per_task * batch;
+    let work = |(i, dst): (usize, &mut [f32])| {
+        for (k, d) in dst.chunks_exact_mut(batch).enumerate() {
+            f(i * rows_per_task + k, d);
+        }
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        if by_row.len() > chunk {
+            by_row.par_chunks_mut(chunk).enumerate().for_each(work);
+            return;
+        }
+    }
+    by_row.chunks_mut(chunk).enumerate().for_each(work);
+}
+
+/// Portable kernels: plain integer loops that compile everywhere (wasm included) and
+/// serve as the reference the SIMD kernels are tested against.
+mod scalar {
+    use super::*;
+
+    #[inline(always)]
+    fn idot(w: &[i8; QK], x: &[i8; QK]) -> i32 {
+        w.iter()
+            .zip(x)
+            .map(|(&a, &b)| i32::from(a) * i32::from(b))
+            .sum()
+    }
+
+    #[inline(always)]
+    fn idot_u(w: &[u8; QK], x: &[i8; QK]) -> i32 {
+        w.iter()
+            .zip(x)
+            .map(|(&a, &b)| i32::from(a) * i32::from(b))
+            .sum()
+    }
+
+    pub(super) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> f32 {
+        match ty {
+            GgmlType::Q8_0 => row
+                .chunks_exact(34)
+                .zip(x)
+                .map(|(b, xb)| {
+                    let w: &[i8; QK] = &std::array::from_fn(|i| b[2 + i] as i8);
+                    le_f16(b, 0) * xb.d * idot(w, &xb.qs) as f32
+                })
+                .sum(),
+            GgmlType::Q4_0 => row
+                .chunks_exact(18)
+                .zip(x)
+                .map(|(b, xb)| {
+                    let w = nibbles(&b[2..18]);
+                    le_f16(b, 0) * (xb.d * idot_u(&w, &xb.qs) as f32 - 8.0 * xb.s)
+                })
+                .sum(),
+            GgmlType::Q4_1 => row
+                .chunks_exact(20)
+                .zip(x)
+                .map(|(b, xb)| {
+                    let w = nibbles(&b[4..20]);
+                    le_f16(b, 0) * xb.d * idot_u(&w, &xb.qs) as f32 + le_f16(b, 2) * xb.s
+                })
+                .sum(),
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                let bb = ty.block_bytes();
+                row.chunks_exact(bb)
+                    .zip(x.chunks_exact(8))
+                    .map(|(b, xs)| {
+                        let (d, dmin) = (le_f16(b, 0), le_f16(b, 2));
+                        let (sc, mn) = unpack_scales_k4(&b[4..16]);
+                        let (qh, qs) = if ty == GgmlType::Q5_K {
+                            (Some(&b[16..48]), &b[48..176])
+                        } else {
+                            (None, &b[16..144])
+                        };
+                        let mut acc = 0f32;
+                        for (s, xb) in xs.iter().enumerate() {
+                            let q = &qs[32 * (s / 2)..32 * (s / 2) + 32];
+                            let shift = 4 * (s % 2);
+                            let w: [u8; QK] = std::array::from_fn(|l| {
+                                let h = qh.map_or(0, |h| ((h[l] >> s) & 1) << 4);
+                                ((q[l] >> shift) & 0xF) | h
+                            });
+                            acc += xb.d * d * f32::from(sc[s]) * idot_u(&w, &xb.qs) as f32
+                                - dmin * f32::from(mn[s]) * xb.s;
+                        }
+                        acc
+                    })
+                    .sum()
+            }
+            GgmlType::Q6_K => row
+                .chunks_exact(210)
+                .zip(x.chunks_exact(8))
+                .map(|(b, xs)| {
+                    let d = le_f16(b, 208);
+                    let mut acc = 0f32;
+                    for (s, xb) in xs.iter().enumerate() {
+                        let mut isum = 0i32;
+                        for (h, xh) in xb.qs.chunks_exact(16).enumerate() {
+                            let e0 = 32 * s + 16 * h;
+                            let part: i32 = xh
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &q)| i32::from(q6k_value(b, e0 + i)) * i32::from(q))
+                                .sum();
+                            isum += i32::from(b[192 + e0 / 16] as i8) * part;
+                        }
+                        acc += d * xb.d * isum as f32;
+                    }
+                    acc
+                })
+                .sum(),
+            // Float weights: expand each block of 32 and dot with the rounded values.
+            _ => {
+                let per = QK * ty.block_bytes();
+                row.chunks(per)
+                    .zip(x)
+                    .map(|(b, xb)| {
+                        let mut y = [0f32; QK];
+                        for (blk, v) in b.chunks_exact(ty.block_bytes()).zip(&mut y) {
+                            dequantize_block(ty, blk, std::slice::from_mut(v));
+                        }
+                        let s: f32 = y.iter().zip(&xb.qs).map(|(a, &q)| a * f32::from(q)).sum();
+                        s * xb.d
+                    })
+                    .sum()
+            }
+        }
+    }
+
+    /// The 32 nibbles of a 16-byte Q4 block in value order: low nibbles then high.
+    #[inline(always)]
+    fn nibbles(q: &[u8]) -> [u8; QK] {
+        std::array::from_fn(|i| if i < 16 { q[i] & 0xF } else { q[i - 16] >> 4 })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! AVX2 kernels. Each weight block's 4-, 5-, 6- or 8-bit values are widened to
+    //! bytes in registers and multiplied against the activation bytes with
+    //! `vpmaddubsw` (u8 × i8 → pairs summed to i16) and `vpmaddwd` (→ i32), then
+    //! scaled in f32 per block. Offsets and mins use the activation block sums.
+
+    use super::{BlockQ8, GgmlType, QK, unpack_scales_k4};
+    use std::arch::x86_64::*;
+
+    /// Proof that AVX2, FMA and F16C are available: only [`Avx2Token::detect`] makes
+    /// one, and only after runtime detection succeeds.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Avx2Token(());
+
+    impl Avx2Token {
+        pub(super) fn detect() -> Option<Self> {
+            (is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c"))
+            .then_some(Avx2Token(()))
+        }
+    }
+
+    macro_rules! safe_entry {
+        ($name:ident => $imp:ident) => {
+            #[inline]
+            pub(super) fn $name(_t: Avx2Token, row: &[u8], x: &[BlockQ8]) -> f32 {
+                // SAFETY: an `Avx2Token` exists only after runtime detection found
+                // AVX2, FMA and F16C, the features `$imp` is compiled for; `$imp`
+                // reads `row` and `x` only through bounds-checked slicing.
+                unsafe { $imp(row, x) }
+            }
+        };
+    }
+    safe_entry!(dot_q4_0 => q4_0);
+    safe_entry!(dot_q4_1 => q4_1);
+    safe_entry!(dot_q8_0 => q8_0);
+    safe_entry!(dot_q4_k => q4_k);
+    safe_entry!(dot_q5_k => q5_k);
+    safe_entry!(dot_q6_k => q6_k);
+
+    #[inline(always)]
+    fn load16(b: &[u8]) -> __m128i {
+        let b: &[u8; 16] = b[..16].try_into().expect("16 bytes");
+        // SAFETY: `b` is 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    fn load32(b: &[u8]) -> __m256i {
+        let b: &[u8; 32] = b[..32].try_into().expect("32 bytes");
+        // SAFETY: `b` is 32 readable bytes; the load is unaligned.
+        unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    fn load_x(x: &BlockQ8) -> __m256i {
+        // SAFETY: `qs` is 32 readable bytes; the load is unaligned.
+        unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) }
+    }
+
+    /// Σ u8 × i8 over 32 lanes, as 8 i32 partial sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mul_sum_us8(ax: __m256i, sy: __m256i) -> __m256i {
+        let dot = _mm256_maddubs_epi16(ax, sy);
+        _mm256_madd_epi16(dot, _mm256_set1_epi16(1))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum_ps(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// The 32 nibbles of 16 bytes, low nibbles in the first 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn unpack_nibbles(q: __m128i) -> __m256i {
+        let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+        _mm256_and_si256(both, _mm256_set1_epi8(0xF))
+    }
+
+    /// A little-endian f16 at `b[at..]`, converted by the F16C unit.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    fn h2f(b: &[u8], at: usize) -> f32 {
+        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// The 32-wide formats' kernels, generic over how many activation vectors share
+    /// each unpacked weight block (1 for a single dot, up to 4 in a batched matmul).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_0_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut corr = [0f32; N];
+        for (i, b) in row.chunks_exact(18).enumerate() {
+            let d = h2f(b, 0);
+            let w = unpack_nibbles(load16(&b[2..]));
+            for k in 0..N {
+                let xb = &xs[k][i];
+                let p = mul_sum_us8(w, load_x(xb));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
+                corr[k] += d * xb.s;
+            }
+        }
+        std::array::from_fn(|k| hsum_ps(acc[k]) - 8.0 * corr[k])
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_1_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut mins = [0f32; N];
+        for (i, b) in row.chunks_exact(20).enumerate() {
+            let (d, m) = (h2f(b, 0), h2f(b, 2));
+            let w = unpack_nibbles(load16(&b[4..]));
+            for k in 0..N {
+                let xb = &xs[k][i];
+                let p = mul_sum_us8(w, load_x(xb));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
+                mins[k] += m * xb.s;
+            }
+        }
+        std::array::from_fn(|k| hsum_ps(acc[k]) + mins[k])
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q8_0_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [_mm256_setzero_ps(); N];
+        for (i, b) in row.chunks_exact(34).enumerate() {
+            let d = h2f(b, 0);
+            let w = load32(&b[2..]);
+            // |w| × (y with w's sign): vpmaddubsw needs its first operand unsigned.
+            let aw = _mm256_sign_epi8(w, w);
+            for k in 0..N {
+                let xb = &xs[k][i];
+                let p = mul_sum_us8(aw, _mm256_sign_epi8(load_x(xb), w));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
+            }
+        }
+        std::array::from_fn(|k| hsum_ps(acc[k]))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_0(row: &[u8], x: &[BlockQ8]) -> f32 {
+        q4_0_n(row, [x])[0]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_1(row: &[u8], x: &[BlockQ8]) -> f32 {
+        q4_1_n(row, [x])[0]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q8_0(row: &[u8], x: &[BlockQ8]) -> f32 {
+        q8_0_n(row, [x])[0]
+    }
+
+    /// One weight row against four activation vectors, for the 32-wide formats;
+    /// `None` for other types.
+    pub(super) fn dot4(
+        _t: Avx2Token,
+        ty: GgmlType,
+        row: &[u8],
+        xs: [&[BlockQ8]; 4],
+    ) -> Option<[f32; 4]> {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
+        // and F16C; the kernels read `row` and `xs` only through checked slicing.
+        unsafe {
+            match ty {
+                GgmlType::Q4_0 => Some(q4_0_n(row, xs)),
+                GgmlType::Q4_1 => Some(q4_1_n(row, xs)),
+                GgmlType::Q8_0 => Some(q8_0_n(row, xs)),
+                _ => None,
+            }
+        }
+    }
+
+    /// Shared body of Q4_K and Q5_K: `qh` holds Q5_K's fifth bits.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn k4_super_block(
+        b: &[u8],
+        qs: &[u8],
+        qh: Option<&[u8]>,
+        xs: &[BlockQ8],
+        acc: &mut __m256,
+    ) -> f32 {
+        let (d, dmin) = (h2f(b, 0), h2f(b, 2));
+        let (sc, mn) = unpack_scales_k4(&b[4..16]);
+        let hbits = qh.map(load32);
+        let mask = _mm256_set1_epi8(0xF);
+        let mut mins = 0f32;
+        for j in 0..4 {
+            let q = load32(&qs[32 * j..]);
+            let lo = _mm256_and_si256(q, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+            for (k, mut w) in [(0, lo), (1, hi)] {
+                let s = 2 * j + k;
+                if let Some(h) = hbits {
+                    let bit = _mm256_set1_epi8(1 << s);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                    w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                }
+                let xb = &xs[s];
+                let p = mul_sum_us8(w, load_x(xb));
+                let ds = d * f32::from(sc[s]) * xb.d;
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(p), *acc);
+                mins += dmin * f32::from(mn[s]) * xb.s;
+            }
+        }
+        mins
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_k(row: &[u8], x: &[BlockQ8]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        for (b, xs) in row.chunks_exact(144).zip(x.chunks_exact(8)) {
+            mins += k4_super_block(b, &b[16..144], None, xs, &mut acc);
+        }
+        hsum_ps(acc) - mins
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q5_k(row: &[u8], x: &[BlockQ8]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        for (b, xs) in row.chunks_exact(176).zip(x.chunks_exact(8)) {
+            mins += k4_super_block(b, &b[48..176], Some(&b[16..48]), xs, &mut acc);
+        }
+        hsum_ps(acc) - mins
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q6_k(row: &[u8], x: &[BlockQ8]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut corr = 0f32;
+        let m4 = _mm256_set1_epi8(0xF);
+        let m2 = _mm256_set1_epi8(0x30);
+        for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
+            let d = h2f(b, 208);
+            let scales = &b[192..208];
+            for half in 0..2 {
+                let ql0 = load32(&b[64 * half..]);
+                let ql1 = load32(&b[64 * half + 32..]);
+                let qh = load32(&b[128 + 32 * half..]);
+                // The unsigned 6-bit values (signed value + 32) of the four groups.
+                let groups = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                        _mm256_and_si256(qh, m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                    ),
+                ];
+                for (g, w) in groups.into_iter().enumerate() {
+                    let s = 4 * half + g;
+                    let xb = &xs[s];
+                    let (sa, sb) = (scales[2 * s] as i8, scales[2 * s + 1] as i8);
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi16(i16::from(sb)),
+                        _mm_set1_epi16(i16::from(sa)),
+                    );
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+                    let dd = d * xb.d;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
+                    let off = i32::from(sa) * i32::from(xb.sums[0])
+                        + i32::from(sb) * i32::from(xb.sums[1]);
+                    corr += dd * off as f32;
+                }
+            }
+        }
+        hsum_ps(acc) - 32.0 * corr
+    }
+
+    #[cfg(test)]
+    pub(super) fn token() -> Option<Avx2Token> {
+        Avx2Token::detect()
+    }
+
+    const _: () = assert!(QK == 32);
+}
+
+/// Rounds one row of f32 values into `ty`'s layout (`out` = the row's bytes).
+///
+/// Simple round-to-nearest quantizers, not ggml's error-minimising ones: they exist
+/// to write test models and to round-trip-test the dequantizers and dot kernels.
+pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    check_len("row bytes", ty.row_bytes(x.len())?, out.len())?;
+    let bs = ty.block_size();
+    for (v, b) in x
+        .chunks_exact(bs)
+        .zip(out.chunks_exact_mut(ty.block_bytes()))
+    {
+        quantize_block(ty, v, b);
+    }
+    Ok(())
+}
+
+fn put_f16(b: &mut [u8], v: f32) {
+    b[..2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+}
+
+fn quantize_block(ty: GgmlType, v: &[f32], b: &mut [u8]) {
+    let amax = |v: &[f32]| v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let inv = |d: f32| if d != 0.0 { 1.0 / d } else { 0.0 };
+    match ty {
+        GgmlType::F32 => b.copy_from_slice(&v[0].to_le_bytes()),
+        GgmlType::F16 => put_f16(b, v[0]),
+        GgmlType::BF16 => b.copy_from_slice(&bf16::from_f32(v[0]).to_le_bytes()),
+        GgmlType::Q8_0 => {
+            let d = amax(v) / 127.0;
+            put_f16(b, d);
+            let id = inv(f16::from_f32(d).to_f32());
+            for (q, &x) in b[2..].iter_mut().zip(v) {
+                *q = (x * id).round().clamp(-127.0, 127.0) as i8 as u8;
+            }
+        }
+        GgmlType::Q4_0 => {
+            // ggml's choice: the value of largest magnitude maps to −8 exactly.
+            let m = v
+                .iter()
+                .fold(0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+            let d = m / -8.0;
+            put_f16(b, d);
+            let id = inv(f16::from_f32(d).to_f32());
+            let q = |x: f32| ((x * id + 8.0).round().clamp(0.0, 15.0)) as u8;
+            for j in 0..16 {
+                b[2 + j] = q(v[j]) | (q(v[j + 16]) << 4);
+            }
+        }
+        GgmlType::Q4_1 => {
+            let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let d = (hi - lo) / 15.0;
+            put_f16(b, d);
+            put_f16(&mut b[2..], lo);
+            let (id, lo) = (inv(f16::from_f32(d).to_f32()), f16::from_f32(lo).to_f32());
+            let q = |x: f32| (((x - lo) * id).round().clamp(0.0, 15.0)) as u8;
+            for j in 0..16 {
+                b[4 + j] = q(v[j]) | (q(v[j + 16]) << 4);
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => quantize_k4(ty == GgmlType::Q5_K, v, b),
+        GgmlType::Q6_K => {
+            let scales: Vec<f32> = v.chunks_exact(16).map(|c| amax(c) / 31.0).collect();
+            let d = scales.iter().fold(0f32, |m, &s| m.max(s)) / 127.0;
+            let dh = f16::from_f32(d).to_f32();
+            b.fill(0);
+            put_f16(&mut b[208..], d);
+            for (e, &x) in v.iter().enumerate() {
+                let sc = (scales[e / 16] * inv(dh)).round().clamp(0.0, 127.0) as i8;
+                b[192 + e / 16] = sc as u8;
+                let q = ((x * inv(dh * f32::from(sc))).round().clamp(-32.0, 31.0)) as i8;
+                let u = (q + 32) as u8;
+                let (half, p) = (e / 128, e % 128);
+                let (g, l) = (p / 32, p % 32);
+                b[64 * half + (g & 1) * 32 + l] |= (u & 0xF) << (4 * (g >> 1));
+                b[128 + 32 * half + l] |= (u >> 4) << (2 * g);
+            }
+        }
+        _ => unreachable!("quantize_block is only called for supported types"),
+    }
+}
+
+/// Q4_K / Q5_K: per sub-block of 32 an affine map `x ≈ d·sc·q − dmin·m` with 6-bit
+/// `sc` and `m`, quantized against the super-block's `d` and `dmin`.
+fn quantize_k4(five_bits: bool, v: &[f32], b: &mut [u8]) {
+    let levels = if five_bits { 31.0 } else { 15.0 };
+    let mut scale = [0f32; 8];
+    let mut minv = [0f32; 8];
+    for (s, c) in v.chunks_exact(32).enumerate() {
+        let lo = c.iter().copied().fold(0f32, f32::min);
+        let hi = c.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(lo);
+        scale[s] = (hi - lo) / levels;
+        minv[s] = -lo;
+    }
+    let d = scale.iter().fold(0f32, |m, &s| m.max(s)) / 63.0;
+    let dmin = minv.iter().fold(0f32, |m, &s| m.max(s)) / 63.0;
+    b.fill(0);
+    put_f16(b, d);
+    put_f16(&mut b[2..], dmin);
+    let (dh, dminh) = (f16::from_f32(d).to_f32(), f16::from_f32(dmin).to_f32());
+    let inv = |d: f32| if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for s in 0..8 {
+        sc[s] = (scale[s] * inv(dh)).round().clamp(0.0, 63.0) as u8;
+        mn[s] = (minv[s] * inv(dminh)).round().clamp(0.0, 63.0) as u8;
+    }
+    let packed = &mut b[4..16];
+    for j in 0..8 {
+        if j < 4 {
+            packed[j] |= sc[j];
+            packed[j + 4] |= mn[j];
+        } else {
+            packed[j + 4] = (sc[j] & 0xF) | ((mn[j] & 0xF) << 4);
+            packed[j - 4] |= (sc[j] >> 4) << 6;
+            packed[j] |= (mn[j] >> 4) << 6;
+        }
+    }
+    let qs_at = if five_bits { 48 } else { 16 };
+    for (s, c) in v.chunks_exact(32).enumerate() {
+        let step = dh * f32::from(sc[s]);
+        let off = dminh * f32::from(mn[s]);
+        for (l, &x) in c.iter().enumerate() {
+            let q = ((x + off) * inv(step)).round().clamp(0.0, levels) as u8;
+            b[qs_at + 32 * (s / 2) + l] |= (q & 0xF) << (4 * (s % 2));
+            if five_bits {
+                b[16 + l] |= (q >> 4) << s;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// splitmix64-driven uniform values in [-1, 1), with a few outliers per row as
+    /// real weights have.
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|i| {
+                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                let u = (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                if i % 97 == 5 { u * 4.0 } else { u }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn table_lists_every_type_once() {
+        for (i, e) in TYPE_TABLE.iter().enumerate() {
+            assert_eq!(GgmlType::from_id(e.1), Some(e.0));
+            assert_eq!(e.0.id(), e.1);
+            assert!(TYPE_TABLE[i + 1..].iter().all(|o| o.0 != e.0 && o.1 != e.1));
+        }
+        assert_eq!(GgmlType::from_id(4), None);
+        assert_eq!(GgmlType::Q4_K.row_bytes(512), Ok(288));
+        assert!(GgmlType::Q4_K.row_bytes(300).is_err());
+    }
+
+    /// Allowed error of the 8-bit-activation dot: rounding 32 activations to 8 bits
+    /// costs at most half a step (amax/254) each, far below 1% of the norms' product.
+    fn dot_tolerance(x: &[f32], w: &[f32]) -> f32 {
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        1e-2 * norm(x) * norm(w)
+    }
+
+    #[test]
+    fn quantize_dequantize_and_dot_every_type() {
+        for ty in GgmlType::SUPPORTED {
+            for n in [256usize, 512, 768] {
+                let w = values(n as u64 + ty.id() as u64, n);
+                let x = values(7 + n as u64, n);
+                let mut bytes = vec![0u8; ty.row_bytes(n).unwrap()];
+                quantize_row(ty, &w, &mut bytes).unwrap();
+                let mut back = vec![0f32; n];
+                dequantize_row(ty, &bytes, &mut back).unwrap();
+                let amax = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let tol = match ty {
+                    GgmlType::F32 => 0.0,
+                    GgmlType::F16 => 1e-3 * amax,
+                    GgmlType::BF16 => 8e-3 * amax,
+                    GgmlType::Q8_0 => 0.02 * amax,
+                    GgmlType::Q6_K => 0.1 * amax,
+                    _ => 0.25 * amax,
+                };
+                for (a, b) in w.iter().zip(&back) {
+                    assert!((a - b).abs() <= tol, "{ty:?}: {a} vs {b}");
+                }
+                let exact: f32 = back.iter().zip(&x).map(|(a, b)| a * b).sum();
+                let d = dot_row(ty, &bytes, &x).unwrap();
+                assert!((d - exact).abs() <= 1e-4 * exact.abs().max(1.0), "{ty:?}");
+                let qx = quantize_activations(&x);
+                let fast = dot_row_q8(ty, &bytes, &qx).unwrap();
+                let tol = dot_tolerance(&x, &back);
+                assert!((fast - exact).abs() <= tol, "{ty:?}: {fast} vs {exact}");
+                let slow = scalar::dot(ty, &bytes, &qx.blocks);
+                assert!((fast - slow).abs() <= 1e-4 * slow.abs().max(1.0), "{ty:?}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_matches_scalar_on_random_bytes() {
+        let Some(t) = x86::token() else {
+            println!("no AVX2 on this CPU: SIMD kernels not exercised");
+            return;
+        };
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let n = 512;
+            let mut bytes: Vec<u8> = values(ty.id() as u64, ty.row_bytes(n).unwrap())
+                .iter()
+                .map(|v| (v * 127.0) as i8 as u8)
+                .collect();
+            // Keep the f16 scales finite and small so sums are comparable.
+            for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+                let at: &[usize] = match ty {
+                    GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                    GgmlType::Q6_K => &[208],
+                    _ => &[0],
+                };
+                for &a in at {
+                    let v = 0.01 + (b[a + 1] & 7) as f32 * 0.003;
+                    put_f16(&mut b[a..], v);
+                }
+            }
+            let qx = quantize_activations(&values(99, n));
+            let s = scalar::dot(ty, &bytes, &qx.blocks);
+            let v = dot_q8_dispatch(Isa::Avx2(t), ty, &bytes, &qx.blocks);
+            assert!(
+                (s - v).abs() <= 1e-4 * s.abs().max(1.0),
+                "{ty:?}: {s} vs {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn matmul_batches_agree_with_single_rows() {
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::F32,
+            GgmlType::Q6_K,
+        ] {
+            let (rows, cols, batch) = (37, 256, 6);
+            let w = values(1, rows * cols);
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut bytes = vec![0u8; rb * rows];
+            for (r, b) in w.chunks_exact(cols).zip(bytes.chunks_exact_mut(rb)) {
+                quantize_row(ty, r, b).unwrap();
+            }
+            let xs = values(2, cols * batch);
+            let mut out = vec![0f32; rows * batch];
+            matmul(ty, &bytes, rows, cols, &xs, &mut out).unwrap();
+            for b in 0..batch {
+                let x = &xs[b * cols..(b + 1) * cols];
+                let qx = quantize_activations(x);
+                for r in 0..rows {
+                    let row = &bytes[r * rb..(r + 1) * rb];
+                    let want = if ty.uses_q8_activations() {
+                        dot_row_q8(ty, row, &qx).unwrap()
+                    } else {
+                        dot_row(ty, row, x).unwrap()
+                    };
+                    assert_eq!(out[b * rows + r], want, "{ty:?} row {r} batch {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shape_errors_are_typed() {
+        let mut out = [0f32; 2];
+        assert!(matches!(
+            matmul(GgmlType::Q4_1, &[0; 40], 2, 32, &[0.0; 31], &mut out),
+            Err(QuantError::Length { .. })
+        ));
+        assert!(matches!(
+            matmul(GgmlType::Q4_1, &[0; 39], 2, 32, &[0.0; 32], &mut out),
+            Err(QuantError::Length { .. })
+        ));
+        assert_eq!(
+            dot_row(GgmlType::Q5_0, &[0; 22], &[0.0; 32]),
+            Err(QuantError::Unsupported(GgmlType::Q5_0))
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! Small random-weight Llama models as GGUF files, for tests that must not depend on a
+//! downloaded model.
+//!
+//! The files carry the metadata llama.cpp writes for the `llama` architecture and a
+//! real (tiny) byte-level BPE vocabulary: the 256 GPT-2 byte tokens, merges learnt from
+//! a built-in English text, and ChatML control tokens. Weights come from a seeded
+//! splitmix64 stream, so a spec always yields the same bytes, and are scaled so that
+//! activations stay near unit size through the layers.
+
+use crate::gguf::{GgufError, GgufWriter, MetaArray, MetaValue};
+use crate::quant::{GgmlType, QuantError, quantize_row};
+
+/// The shape and formats of a generated model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestModelSpec {
+    /// Embedding width (`llama.embedding_length`).
+    pub d_model: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Query heads; must divide `d_model`.
+    pub n_heads: usize,
+    /// Key/value heads; must divide `n_heads`.
+    pub n_kv_heads: usize,
+    /// Feed-forward width.
+    pub ffn: usize,
+    /// Vocabulary size: at least the 256 byte tokens plus the 3 control tokens.
+    pub vocab: usize,
+    /// `llama.context_length`.
+    pub ctx: usize,
+    /// Type of the attention and feed-forward matrices.
+    pub weight_type: GgmlType,
+    /// Type of `token_embd.weight` (and of `output.weight` when untied).
+    pub embed_type: GgmlType,
+    /// Whether the output layer reuses the token embedding (no `output.weight`).
+    pub tied: bool,
+    /// PRNG seed.
+    pub seed: u64,
+    /// `llama.rope.freq_base`.
+    pub rope_base: f32,
+    /// `llama.attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+}
+
+impl TestModelSpec {
+    /// A tiny model with deliberately uneven sizes: 64 wide, 4 heads of 16, 2 KV
+    /// heads, FFN 96, 2 layers, Q8_0 matrices and embedding, tied output.
+    pub fn tiny() -> TestModelSpec {
+        TestModelSpec {
+            d_model: 64,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            ffn: 96,
+            vocab: 320,
+            ctx: 256,
+            weight_type: GgmlType::Q8_0,
+            embed_type: GgmlType::Q8_0,
+            tied: true,
+            seed: 1,
+            rope_base: 10000.0,
+            rms_eps: 1e-5,
+        }
+    }
+
+    /// A small model whose rows are multiples of 256, as the K-quant formats need.
+    pub fn tiny_k(weight_type: GgmlType) -> TestModelSpec {
+        TestModelSpec {
+            d_model: 256,
+            n_heads: 4,
+            n_kv_heads: 1,
+            ffn: 512,
+            weight_type,
+            embed_type: GgmlType::Q6_K,
+            tied: false,
+            ..TestModelSpec::tiny()
+        }
+    }
+
+    fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    fn check(&self) -> Result<(), TestGenError> {
+        let bad = |why: &str| Err(TestGenError::BadSpec(why.to_owned()));
+        if self.n_heads == 0 || self.n_kv_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
+            return bad("n_heads must divide d_model");
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad("n_kv_heads must divide n_heads");
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return bad("the head dimension must be even for RoPE");
+        }
+        if self.vocab < FIRST_MERGED || self.n_layers == 0 || self.ffn == 0 {
+            return bad("need vocab >= 259 and at least one layer and FFN unit");
+        }
+        Ok(())
+    }
+}
+
+/// Why a test model could not be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum TestGenError {
+    /// Inconsistent shape.
+    #[error("bad test model spec: {0}")]
+    BadSpec(String),
+    /// A row length the chosen weight type cannot hold.
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    /// The writer refused a tensor.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// Writing the file failed.
+    #[error("cannot write test model: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The control tokens, at ids 0, 1 and 2 as in SmolLM2.
+pub const SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+/// Id of the first byte token; byte `b` is token `BYTE_TOKENS_START + b`.
+pub const BYTE_TOKENS_START: usize = SPECIAL_TOKENS.len();
+const FIRST_MERGED: usize = BYTE_TOKENS_START + 256;
+
+/// The text the merges are learnt from: enough English for a few hundred merges.
+const CORPUS: &str = "The sky is blue. The sun is bright and the clouds are white. \
+A quick brown fox jumps over the lazy dog. Hello, world! Hello there, how are you today? \
+I am fine, thank you. The weather is nice and the sky is clear. In the morning the sun \
+rises in the east, and in the evening it sets in the west. Numbers: 0 1 2 3 4 5 6 7 8 9 \
+10 100 2024. Once upon a time there was a little model that wanted to talk. It learned \
+words and sentences, and then it learned to answer questions about the world. What is \
+the capital of France? The capital of France is Paris. What is two plus two? Two plus \
+two is four. The cat sat on the mat. The dog ran in the park with the children. \
+Language models predict the next token from the previous tokens. They are trained on \
+large amounts of text from books, articles and the internet. This is a test of the \
+tokenizer and the model. Testing, testing, one two three. The end.";
+
+/// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others are
+/// shifted to code points from 256 up, so every token is printable text.
+pub fn byte_to_unicode(b: u8) -> char {
+    let printable = |c: u8| (33..=126).contains(&c) || (161..=172).contains(&c) || c >= 174;
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&c| !printable(c)).count() as u32;
+    char::from_u32(256 + rank).unwrap_or('?')
+}
+
+/// The vocabulary of a spec: (tokens, token types, merges).
+///
+/// Token types are llama.cpp's: 1 normal, 3 control. Merges are learnt greedily from
+/// [`CORPUS`] (most frequent adjacent pair first, ties broken by the pair's text) until
+/// the vocabulary is full; if the corpus runs out, the rest are reserved control
+/// tokens.
+pub fn test_vocab(vocab: usize) -> (Vec<String>, Vec<i32>, Vec<String>) {
+    let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| (*s).to_owned()).collect();
+    let mut types = vec![3i32; SPECIAL_TOKENS.len()];
+    for b in 0..=255u8 {
+        tokens.push(byte_to_unicode(b).to_string());
+        types.push(1);
+    }
+    // Words as GPT-2 splits them, a leading space kept on the word ('Ġ').
+    let mut words: Vec<Vec<String>> = Vec::new();
+    for (i, w) in CORPUS.split(' ').enumerate() {
+        let text = if i == 0 {
+            w.to_owned()
+        } else {
+            format!(" {w}")
+        };
+        words.push(
+            text.bytes()
+                .map(|b| byte_to_unicode(b).to_string())
+                .collect(),
+        );
+    }
+    let mut merges = Vec::new();
+    while tokens.len() < vocab {
+        let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+        for w in &words {
+            for p in w.windows(2) {
+                *counts.entry((&p[0], &p[1])).or_default() += 1;
+            }
+        }
+        let Some(((a, b), _)) = counts
+            .into_iter()
+            .min_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)))
+        else {
+            break;
+        };
+        let (a, b) = (a.to_owned(), b.to_owned());
+        let joined = format!("{a}{b}");
+        for w in &mut words {
+            let mut i = 0;
+            while i + 1 < w.len() {
+                if w[i] == a && w[i + 1] == b {
+                    w[i] = joined.clone();
+                    w.remove(i + 1);
+                }
+                i += 1;
+            }
+        }
+        merges.push(format!("{a} {b}"));
+        tokens.push(joined);
+        types.push(1);
+    }
+    while tokens.len() < vocab {
+        tokens.push(format!("<|reserved_{}|>", tokens.len()));
+        types.push(3);
+    }
+    (tokens, types, merges)
+}
+
+/// splitmix64: tiny, seedable, and good enough for test weights.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// The bytes of the GGUF v3 file for `spec`.
+pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
+    spec.check()?;
+    let s = spec;
+    let mut w = GgufWriter::new();
+    let u32v = |v: usize| MetaValue::U32(v as u32);
+    let string = |v: &str| MetaValue::String(v.to_owned());
+    w.add("general.architecture", string("llama"));
+    w.add("general.name", string("acs test model"));
+    w.add(
+        "general.file_type",
+        MetaValue::U32(file_type(s.weight_type)),
+    );
+    w.add("general.quantization_version", MetaValue::U32(2));
+    w.add("llama.block_count", u32v(s.n_layers));
+    w.add("llama.context_length", u32v(s.ctx));
+    w.add("llama.embedding_length", u32v(s.d_model));
+    w.add("llama.feed_forward_length", u32v(s.ffn));
+    w.add("llama.attention.head_count", u32v(s.n_heads));
+    w.add("llama.attention.head_count_kv", u32v(s.n_kv_heads));
+    w.add("llama.rope.freq_base", MetaValue::F32(s.rope_base));
+    w.add(
+        "llama.attention.layer_norm_rms_epsilon",
+        MetaValue::F32(s.rms_eps),
+    );
+    w.add("llama.rope.dimension_count", u32v(s.head_dim()));
+    w.add("llama.vocab_size", u32v(s.vocab));
+    let (tokens, types, merges) = test_vocab(s.vocab);
+    w.add("tokenizer.ggml.model", string("gpt2"));
+    w.add("tokenizer.ggml.pre", string("smollm"));
+    w.add(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(MetaArray::String(tokens)),
+    );
+    w.add(
+        "tokenizer.ggml.token_type",
+        MetaValue::Array(MetaArray::I32(types)),
+    );
+    w.add(
+        "tokenizer.ggml.merges",
+        MetaValue::Array(MetaArray::String(merges)),
+    );
+    w.add("tokenizer.ggml.bos_token_id", MetaValue::U32(1));
+    w.add("tokenizer.ggml.eos_token_id", MetaValue::U32(2));
+    w.add("tokenizer.ggml.unknown_token_id", MetaValue::U32(0));
+    w.add("tokenizer.ggml.padding_token_id", MetaValue::U32(2));
+    w.add("tokenizer.ggml.add_bos_token", MetaValue::Bool(false));
+    w.add("tokenizer.ggml.add_space_prefix", MetaValue::Bool(false));
+    w.add("tokenizer.chat_template", string(CHAT_TEMPLATE));
+
+    let mut rng = SplitMix(s.seed);
+    let kv_dim = s.head_dim() * s.n_kv_heads;
+    let d = s.d_model as u64;
+    let mut matrix = |w: &mut GgufWriter, name: &str, cols: usize, rows: usize, ty: GgmlType| {
+        let scale = (3.0 / cols as f32).sqrt(); // uniform with variance 1/cols
+        let vals: Vec<f32> = (0..cols * rows).map(|_| rng.uniform() * scale).collect();
+        let rb = ty.row_bytes(cols)?;
+        let mut bytes = vec![0u8; rb * rows];
+        for (r, b) in vals.chunks_exact(cols).zip(bytes.chunks_exact_mut(rb)) {
+            quantize_row(ty, r, b)?;
+        }
+        w.add_tensor(name, &[cols as u64, rows as u64], ty, bytes)?;
+        Ok::<(), TestGenError>(())
+    };
+    matrix(
+        &mut w,
+        "token_embd.weight",
+        s.d_model,
+        s.vocab,
+        s.embed_type,
+    )?;
+    let norm = |w: &mut GgufWriter, name: &str, rng: &mut SplitMix| {
+        let bytes: Vec<u8> = (0..s.d_model)
+            .flat_map(|_| (1.0 + 0.1 * rng.uniform()).to_le_bytes())
+            .collect();
+        w.add_tensor(name, &[d], GgmlType::F32, bytes)
+    };
+    let mut norm_rng = SplitMix(s.seed ^ 0x5eed);
+    for l in 0..s.n_layers {
+        let n = |t: &str| format!("blk.{l}.{t}.weight");
+        let wt = s.weight_type;
+        norm(&mut w, &n("attn_norm"), &mut norm_rng)?;
+        matrix(&mut w, &n("attn_q"), s.d_model, s.d_model, wt)?;
+        matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
+        matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, wt)?;
+        matrix(&mut w, &n("attn_output"), s.d_model, s.d_model, wt)?;
+        norm(&mut w, &n("ffn_norm"), &mut norm_rng)?;
+        matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;
+        matrix(&mut w, &n("ffn_up"), s.d_model, s.ffn, wt)?;
+        matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, wt)?;
+    }
+    norm(&mut w, "output_norm.weight", &mut norm_rng)?;
+    if !s.tied {
+        matrix(&mut w, "output.weight", s.d_model, s.vocab, s.embed_type)?;
+    }
+    Ok(w.to_bytes())
+}
+
+/// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.
+fn file_type(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 3,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q4_K => 15,
+        GgmlType::Q5_K => 17,
+        GgmlType::Q6_K => 18,
+        GgmlType::BF16 => 32,
+        _ => 0,
+    }
+}
+
+/// Writes the GGUF file for `spec` to `path`.
+pub fn write_test_model(
+    spec: &TestModelSpec,
+    path: impl AsRef<std::path::Path>,
+) -> Result<(), TestGenError> {
+    std::fs::write(path, test_model_bytes(spec)?)?;
+    Ok(())
+}

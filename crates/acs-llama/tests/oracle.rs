@@ -1,0 +1,111 @@
+//! The default model against llama.cpp's reference data (shared/oracle): the same
+//! token ids, the same top-5 at the last position with logits within 1.0, and the same
+//! greedy choice wherever llama.cpp's own margin is wide (above 1.0).
+//!
+//! Needs the default model: `scripts/fetch-model.sh` puts it where
+//! `common::default_model_path` looks (or set `ACS_TEST_MODEL`). Without it the test fails.
+
+mod common;
+
+use std::path::PathBuf;
+
+use acs_llama::model::{KvCache, Logits, Model, SeqInput};
+use acs_llama::sample::top_k_indices;
+use serde_json::Value;
+
+fn oracle() -> Value {
+    let path = std::env::var("ACS_ORACLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/oracle/smollm2-llamacpp.json")
+        });
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("oracle {} unreadable: {e}", path.display()));
+    serde_json::from_str(&text).expect("oracle is JSON")
+}
+
+fn load() -> Model {
+    Model::open(common::default_model_path()).expect("default model loads")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn step(model: &Model, cache: &mut KvCache, tokens: &[u32]) -> Vec<f32> {
+    let mut batch = [SeqInput {
+        cache,
+        tokens,
+        steering: &[],
+        capture: &[],
+        logits: Logits::Last,
+    }];
+    model.forward(&mut batch).unwrap().remove(0).logits
+}
+
+#[test]
+fn matches_llama_cpp_on_the_oracle_prompts() {
+    let model = load();
+    let oracle = oracle();
+    for p in oracle["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        let want = ids(&p["ids"]);
+        let got = model.tokenizer.encode(text, true, false).unwrap();
+        assert_eq!(got, want, "token ids of {text:?}");
+
+        let mut cache = model.new_cache();
+        let logits = step(&model, &mut cache, &want);
+        let top5: Vec<usize> = top_k_indices(&logits, 5);
+        let ref_top5: Vec<(usize, f32)> = p["top5_last"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e[0].as_u64().unwrap() as usize,
+                    e[1].as_f64().unwrap() as f32,
+                )
+            })
+            .collect();
+        assert_eq!(
+            top5,
+            ref_top5.iter().map(|e| e.0).collect::<Vec<_>>(),
+            "top-5 ids of {text:?}"
+        );
+        let mut worst = 0f32;
+        for &(id, l) in &ref_top5 {
+            let diff = (logits[id] - l).abs();
+            worst = worst.max(diff);
+            assert!(
+                diff <= 1.0,
+                "{text:?}: logit of {id} is {} vs {l}",
+                logits[id]
+            );
+        }
+        println!("{text:?}: top-5 equal, largest logit difference {worst:.3}");
+
+        // Teacher-forced greedy: feed llama.cpp's tokens, compare top-1 where the
+        // reference margin is wide.
+        let steps = p["greedy_steps"].as_array().unwrap();
+        let greedy = ids(&p["greedy_ids"]);
+        let mut logits = logits;
+        let mut checked = 0;
+        for (i, s) in steps.iter().enumerate() {
+            let margin = s["margin"].as_f64().unwrap();
+            let top1 = s["top1"].as_u64().unwrap() as usize;
+            if margin > 1.0 {
+                let mine = top_k_indices(&logits, 1)[0];
+                assert_eq!(mine, top1, "{text:?} step {i}: margin {margin}");
+                checked += 1;
+            }
+            logits = step(&model, &mut cache, &greedy[i..i + 1]);
+        }
+        assert!(checked >= 5, "too few wide-margin steps checked: {checked}");
+        println!("{text:?}: {checked} wide-margin greedy steps agree");
+    }
+}

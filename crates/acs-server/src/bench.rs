@@ -1,0 +1,165 @@
+//! `acs bench`: prefill and decode speed of the CPU forward pass, with llama.cpp on
+//! the same file as the anchor when asked (`--llama-cpp`), run after ours so the two
+//! never compete for the cores.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use acs_llama::model::{KvCache, Logits, Model, SeqInput};
+use acs_llama::sample::argmax;
+
+use crate::cli::CliError;
+use crate::models;
+
+/// Arguments of `acs bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched with pip).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens for the prefill measurement.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Tokens decoded per sequence.
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Repetitions; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Also run llama.cpp (llama-cpp-python) on the same file, with the same shapes.
+    #[arg(long)]
+    llama_cpp: bool,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn prompt(model: &Model, n: usize) -> Vec<u32> {
+    let text = "The sky is blue because molecules in the air scatter blue light from the sun more than they scatter red light. ";
+    let ids = model
+        .tokenizer
+        .encode(text, false, false)
+        .expect("the bench text tokenizes");
+    ids.iter().copied().cycle().take(n).collect()
+}
+
+fn prefill(model: &Model, ids: &[u32]) -> (KvCache, u32, f64) {
+    let mut cache = model.new_cache();
+    let t = Instant::now();
+    let out = model
+        .forward(&mut [SeqInput {
+            cache: &mut cache,
+            tokens: ids,
+            steering: &[],
+            capture: &[],
+            logits: Logits::Last,
+        }])
+        .expect("prefill runs");
+    let secs = t.elapsed().as_secs_f64();
+    (cache, argmax(&out[0].logits), secs)
+}
+
+/// Decodes `steps` tokens greedily for `caches.len()` sequences in one batch; tokens/s.
+fn decode(model: &Model, caches: &mut [KvCache], first: u32, steps: usize) -> f64 {
+    let mut feed = vec![[first]; caches.len()];
+    let t = Instant::now();
+    for _ in 0..steps {
+        let mut batch: Vec<SeqInput<'_>> = caches
+            .iter_mut()
+            .zip(&feed)
+            .map(|(cache, f)| SeqInput {
+                cache,
+                tokens: f,
+                steering: &[],
+                capture: &[],
+                logits: Logits::Last,
+            })
+            .collect();
+        let out = model.forward(&mut batch).expect("decode runs");
+        for (f, o) in feed.iter_mut().zip(out) {
+            *f = [argmax(&o.logits)];
+        }
+    }
+    (steps * caches.len()) as f64 / t.elapsed().as_secs_f64()
+}
+
+pub fn run(a: BenchArgs) -> Result<(), CliError> {
+    let path = models::resolve(a.model)?;
+    let model = models::load(&path)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "acs bench: {} ({} threads), prompt {} tokens, decode {} tokens, {} runs (medians)",
+        path.display(),
+        threads,
+        a.prompt_tokens,
+        a.decode_tokens,
+        a.repeat
+    );
+    let ids = prompt(&model, a.prompt_tokens);
+    let mut pre = Vec::new();
+    let mut dec1 = Vec::new();
+    let mut dec8 = Vec::new();
+    for _ in 0..a.repeat.max(1) {
+        let (cache, first, secs) = prefill(&model, &ids);
+        pre.push(a.prompt_tokens as f64 / secs);
+        dec1.push(decode(&model, &mut [cache.clone()], first, a.decode_tokens));
+        let mut eight = vec![cache; 8];
+        dec8.push(decode(&model, &mut eight, first, a.decode_tokens));
+    }
+    let (p, d1, d8) = (median(pre), median(dec1), median(dec8));
+    println!(
+        "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
+    );
+    if a.llama_cpp {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/bench_llamacpp.py"
+        );
+        let out = Command::new("python3")
+            .arg(script)
+            .arg(&path)
+            .args([
+                a.prompt_tokens.to_string(),
+                a.decode_tokens.to_string(),
+                a.repeat.to_string(),
+                threads.to_string(),
+            ])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                print!("{text}");
+                if let Some((lp, l1, l8)) = parse_anchor(&text) {
+                    println!(
+                        "ratio     prefill {:8.2}x      | decode x1 {:7.2}x      | decode x8 {:7.2}x   (acs / llama.cpp)",
+                        p / lp,
+                        d1 / l1,
+                        d8 / l8
+                    );
+                }
+            }
+            Ok(o) => eprintln!(
+                "llama.cpp anchor failed (pip install llama-cpp-python): {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("llama.cpp anchor failed: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the three figures of the anchor's `llama.cpp prefill … | decode x1 … | decode x8 …` line.
+fn parse_anchor(text: &str) -> Option<(f64, f64, f64)> {
+    let line = text.lines().find(|l| l.starts_with("llama.cpp"))?;
+    let nums: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match nums.as_slice() {
+        [p, d1, d8, ..] => Some((*p, *d1, *d8)),
+        _ => None,
+    }
+}

@@ -1,0 +1,148 @@
+//! `acs tokenize` and `acs complete`: the model from the command line.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use acs_core::ids::completion_id;
+use acs_core::response::TEXT_COMPLETION;
+use acs_core::{ApiError, Completion, CompletionRequest, Endpoint};
+use acs_engine::generation::model_info;
+use acs_engine::{Engine, Event, SchedulerConfig, prepare};
+use acs_llama::model::Model;
+use serde_json::json;
+
+use crate::models;
+
+/// Errors of the CLI commands.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The model could not be had.
+    #[error(transparent)]
+    Model(#[from] models::FetchError),
+    /// The request was refused, with the contract's error.
+    #[error("{} {}", .0.status(), .0.to_json())]
+    Api(#[from] ApiError),
+    /// The text cannot be tokenized.
+    #[error("cannot tokenize: {0}")]
+    Tokenize(String),
+}
+
+/// Arguments of `acs complete`.
+#[derive(Debug, clap::Args)]
+pub struct CompleteArgs {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched with pip).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// A prompt; repeat for several prompts.
+    #[arg(long, required = true)]
+    prompt: Vec<String>,
+    /// Most tokens per choice.
+    #[arg(long, default_value_t = 16)]
+    max_tokens: u32,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
+    /// Choices per prompt.
+    #[arg(long, default_value_t = 1)]
+    n: u32,
+    /// Seed for reproducible sampling.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop sequence; repeat for up to four.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Report this many alternatives per token.
+    #[arg(long)]
+    logprobs: Option<u8>,
+}
+
+/// Random bytes from the OS.
+pub fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).expect("the OS has randomness");
+    b
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+pub fn tokenize(model: Option<PathBuf>, special: bool, text: &str) -> Result<(), CliError> {
+    let path = models::resolve(model)?;
+    let model = models::load(&path)?;
+    let ids = model
+        .tokenizer
+        .encode(text, true, special)
+        .map_err(|e| CliError::Tokenize(e.to_string()))?;
+    println!("{}", serde_json::to_string(&ids).expect("ids serialise"));
+    Ok(())
+}
+
+/// Runs one request through the engine and returns its Completion.
+pub fn run_completion(
+    engine: &Engine,
+    model: &Arc<Model>,
+    model_id: &str,
+    req: &CompletionRequest,
+) -> Result<Completion, ApiError> {
+    let info = model_info(model, model_id, 0);
+    let seed = u64::from_le_bytes(random());
+    let generation = prepare(req, model, &info, seed)?;
+    let events = engine.run(generation)?;
+    for e in events {
+        match e {
+            Event::Done(f) => {
+                return Ok(Completion {
+                    id: completion_id(random()),
+                    object: TEXT_COMPLETION.into(),
+                    created: unix_now(),
+                    model: req.model.clone(),
+                    choices: f.choices,
+                    usage: f.usage,
+                    activations: (!f.activations.is_empty()).then_some(f.activations),
+                });
+            }
+            Event::Failed(e) => return Err(e),
+            Event::Delta(_) => {}
+        }
+    }
+    Err(ApiError::internal(
+        "the engine ended the request without a result",
+    ))
+}
+
+pub fn complete(a: CompleteArgs) -> Result<(), CliError> {
+    let path = models::resolve(a.model)?;
+    let model = models::load(&path)?;
+    let mut body = json!({
+        "model": models::DEFAULT_MODEL_ID,
+        "prompt": a.prompt,
+        "max_tokens": a.max_tokens,
+        "temperature": a.temperature,
+        "n": a.n,
+    });
+    if let Some(s) = a.seed {
+        body["seed"] = json!(s);
+    }
+    if !a.stop.is_empty() {
+        body["stop"] = json!(a.stop);
+    }
+    if let Some(l) = a.logprobs {
+        body["logprobs"] = json!(l);
+    }
+    let req = CompletionRequest::from_value(&body, Endpoint::Completions)?;
+    let engine = Engine::start(
+        Arc::clone(&model),
+        SchedulerConfig::with_kv_bytes(&model, 1 << 30),
+    );
+    let completion = run_completion(&engine, &model, models::DEFAULT_MODEL_ID, &req)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&completion).expect("completions serialise")
+    );
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! `POST /v1/completions`: validate, take a Hold, run on the engine, answer (whole or
+//! streamed), and always settle the Hold when the request ends, whatever the client
+//! does in between.
+
+use std::convert::Infallible;
+
+use acs_core::ids::{completion_id, request_id};
+use acs_core::request::hold_tokens;
+use acs_core::response::{CompletionChunk, TEXT_COMPLETION};
+use acs_core::{ApiError, Completion, CompletionRequest, Endpoint, ledger};
+use acs_engine::{Event, Finished, prepare};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+
+use crate::app::{
+    AppState, Failure, authenticate, budget_headers, json_response, read_body, set_header,
+};
+use crate::cli::{random, unix_now};
+
+/// What the settling task passes on to the HTTP side.
+enum Out {
+    Delta(Vec<acs_core::Choice>),
+    Done(Finished),
+    Failed(ApiError),
+}
+
+/// A completion that holds its tokens and runs.
+struct Admitted {
+    /// The request id, also the Hold's id.
+    request_id: String,
+    /// Events of the engine, after settlement.
+    rx: mpsc::UnboundedReceiver<Out>,
+}
+
+/// Validates and prepares a request body for the engine (tokenizing, and running
+/// the model for contrast steering vectors, off the async threads).
+pub async fn prepare_request(
+    state: &AppState,
+    req: CompletionRequest,
+) -> Result<acs_engine::Generation, ApiError> {
+    let info = state.check_model(&req.model)?;
+    let model = std::sync::Arc::clone(state.engine.model());
+    let seed = u64::from_le_bytes(random());
+    tokio::task::spawn_blocking(move || prepare(&req, &model, &info, seed))
+        .await
+        .map_err(|e| ApiError::internal(format!("prepare task: {e}")))?
+}
+
+/// Takes the Hold and starts the engine; a task settles the Hold when the engine
+/// reports the end, and cancels the engine's work if the receiver goes away.
+fn admit_and_run(
+    state: &AppState,
+    key_id: &str,
+    generation: acs_engine::Generation,
+) -> Result<Admitted, ApiError> {
+    let rid = request_id(random());
+    let hold = hold_tokens(
+        &generation.prompt_lens(),
+        generation.n as u32,
+        generation.max_tokens as u32,
+    );
+    let now = state.now();
+    state.db.tx(|s| ledger::admit(s, key_id, &rid, hold, now))?;
+    let (etx, mut erx) = mpsc::unbounded_channel();
+    let ticket = match state
+        .engine
+        .submit(generation, Box::new(move |e| etx.send(e).is_ok()))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            state.db.tx(|s| ledger::settle(s, &rid, 0))?;
+            return Err(e);
+        }
+    };
+    let (otx, orx) = mpsc::unbounded_channel();
+    let db = state.db.clone();
+    let hold_id = rid.clone();
+    let wake = state.wake.clone();
+    tokio::spawn(async move {
+        let ticket = ticket;
+        while let Some(e) = erx.recv().await {
+            let out = match e {
+                Event::Delta(d) => Out::Delta(d),
+                Event::Done(f) => {
+                    let used = f.usage.total_tokens;
+                    if let Err(err) = db.tx(|s| ledger::settle(s, &hold_id, used)) {
+                        tracing::error!(%hold_id, %err, "settling a hold failed");
+                    }
+                    wake.notify_one();
+                    Out::Done(f)
+                }
+                Event::Failed(err) => {
+                    let _ = db.tx(|s| ledger::settle(s, &hold_id, 0));
+                    wake.notify_one();
+                    Out::Failed(err)
+                }
+            };
+            if otx.send(out).is_err() {
+                // The client is gone: stop generating; keep draining to settle.
+                ticket.cancel();
+            }
+        }
+        ticket.detach();
+    });
+    Ok(Admitted {
+        request_id: rid,
+        rx: orx,
+    })
+}
+
+pub fn completion(f: Finished, model: &str, id: String, created: i64) -> Completion {
+    Completion {
+        id,
+        object: TEXT_COMPLETION.into(),
+        created,
+        model: model.to_owned(),
+        choices: f.choices,
+        usage: f.usage,
+        activations: (!f.activations.is_empty()).then_some(f.activations),
+    }
+}
+
+/// The handler.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Failure> {
+    let key = authenticate(&state, &headers)?;
+    let bytes = read_body(&state, body).await?;
+    let req = CompletionRequest::parse(&bytes, Endpoint::Completions)?;
+    let model = req.model.clone();
+    let (stream, include_usage) = (req.stream, req.stream_include_usage);
+    let generation = prepare_request(&state, req).await?;
+    let admitted = admit_and_run(&state, &key.id, generation)?;
+    let view = state.db.tx(|s| ledger::view(s, &key.id))?;
+    let rid = admitted.request_id.clone();
+    let mut resp = if stream {
+        sse(admitted, model, include_usage)
+    } else {
+        let mut a = admitted;
+        let mut result = None;
+        while let Some(out) = a.rx.recv().await {
+            match out {
+                Out::Delta(_) => {}
+                Out::Done(f) => {
+                    result = Some(Ok(completion(
+                        f,
+                        &model,
+                        completion_id(random()),
+                        unix_now(),
+                    )));
+                }
+                Out::Failed(e) => result = Some(Err(e)),
+            }
+        }
+        match result {
+            Some(Ok(c)) => json_response(StatusCode::OK, &c),
+            Some(Err(e)) => return Err(Failure(e)),
+            None => {
+                return Err(Failure(ApiError::internal(
+                    "the engine ended without a result",
+                )));
+            }
+        }
+    };
+    budget_headers(resp.headers_mut(), &view);
+    set_header(resp.headers_mut(), "x-request-id", &rid);
+    Ok(resp)
+}
+
+/// Server-sent events: one `data:` chunk per engine step, `data: [DONE]` at the end.
+fn sse(a: Admitted, model: String, include_usage: bool) -> Response {
+    let id = completion_id(random());
+    let created = unix_now();
+    let chunk = move |choices, usage| CompletionChunk {
+        id: id.clone(),
+        object: TEXT_COMPLETION.into(),
+        created,
+        model: model.clone(),
+        choices,
+        usage,
+    };
+    let events = futures_util::stream::unfold((a.rx, false), move |(mut rx, ended)| {
+        let chunk = chunk.clone();
+        async move {
+            if ended {
+                return None;
+            }
+            let text = match rx.recv().await {
+                Some(Out::Delta(d)) => data_line(&chunk(d, None)),
+                Some(Out::Done(f)) => {
+                    let mut t = String::new();
+                    if include_usage {
+                        t.push_str(&data_line(&chunk(Vec::new(), Some(f.usage))));
+                    }
+                    t.push_str("data: [DONE]\n\n");
+                    return Some((Ok::<_, Infallible>(t), (rx, true)));
+                }
+                Some(Out::Failed(e)) => {
+                    let mut t = format!("data: {}\n\n", e.to_json());
+                    t.push_str("data: [DONE]\n\n");
+                    return Some((Ok(t), (rx, true)));
+                }
+                None => return None,
+            };
+            Some((Ok(text), (rx, false)))
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(events),
+    )
+        .into_response()
+}
+
+fn data_line(c: &CompletionChunk) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::to_string(c).expect("chunks serialise")
+    )
+}

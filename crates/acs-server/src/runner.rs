@@ -1,0 +1,159 @@
+//! The job dispatcher: starts queued jobs when their Hold and the traffic limits fit,
+//! runs them on the engine, and finishes them (result + charge in one transaction).
+//! Also purges expired results.
+
+use std::time::Duration;
+
+use acs_core::jobs::{self, Start};
+use acs_core::request::{Endpoint, hold_tokens, parse_json_object};
+use acs_core::{ApiError, CompletionRequest, Job, JobStatus, Outcome, Store};
+use acs_engine::{Event, Generation};
+use tokio::sync::mpsc;
+
+use crate::app::AppState;
+use crate::cli::{random, unix_now};
+use crate::completions::{completion, prepare_request};
+
+/// How often queued jobs are looked at when nothing wakes the dispatcher.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Runs forever: dispatches queued jobs, purges expired results.
+pub async fn dispatch(state: AppState) {
+    let mut last_purge = std::time::Instant::now();
+    loop {
+        if let Err(e) = dispatch_once(&state).await {
+            tracing::error!(error = %e, "job dispatch failed");
+        }
+        if last_purge.elapsed() > Duration::from_secs(10) {
+            let now = state.now();
+            let retention = state.config.retention_ms;
+            match state.db.tx(|s| jobs::purge(s, now, retention)) {
+                Ok((r, k)) if r + k > 0 => {
+                    tracing::info!(results = r, idempotency_keys = k, "purged expired records")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "purge failed"),
+            }
+            last_purge = std::time::Instant::now();
+        }
+        let _ = tokio::time::timeout(POLL, state.wake.notified()).await;
+    }
+}
+
+async fn dispatch_once(state: &AppState) -> Result<(), ApiError> {
+    let queued = state
+        .db
+        .tx(|s| Ok(s.jobs_with_status(JobStatus::Queued)?))?;
+    for job in queued {
+        let req = parse_json_object(job.body.as_bytes())
+            .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs));
+        let generation = match req {
+            Ok(r) => prepare_request(state, r).await,
+            Err(e) => Err(e),
+        };
+        let now = state.now();
+        let retention = state.config.retention_ms;
+        let generation = match generation {
+            Ok(g) => g,
+            Err(e) => {
+                // The request became impossible (e.g. another model is served now).
+                state
+                    .db
+                    .tx(|s| jobs::fail_queued(s, job.clone(), e, now, retention))?;
+                continue;
+            }
+        };
+        let hold = hold_tokens(
+            &generation.prompt_lens(),
+            generation.n as u32,
+            generation.max_tokens as u32,
+        );
+        match state
+            .db
+            .tx(|s| jobs::start(s, job.id, hold, now, retention))?
+        {
+            Start::Started(job) => spawn_run(state.clone(), job, generation),
+            Start::Waiting(_) | Start::Failed(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn spawn_run(state: AppState, job: Job, generation: Generation) {
+    tokio::spawn(async move {
+        let id = job.id;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let submitted = state
+            .engine
+            .submit(generation, Box::new(move |e| tx.send(e).is_ok()));
+        let (outcome, used) = match submitted {
+            Err(e) => (Outcome::Failed(e), 0),
+            Ok(ticket) => {
+                state
+                    .running_jobs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, ticket);
+                // A cancel that came between start and now.
+                if state
+                    .db
+                    .tx(|s| Ok(s.job(id)?))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|j| j.cancel_requested)
+                    && let Some(t) = state
+                        .running_jobs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&id)
+                {
+                    t.cancel();
+                }
+                let mut end = (Outcome::Failed(ApiError::internal("the engine stopped")), 0);
+                while let Some(e) = rx.recv().await {
+                    match e {
+                        Event::Delta(_) => {}
+                        Event::Done(f) => {
+                            let used = f.usage.total_tokens;
+                            end = if f.cancelled {
+                                (Outcome::Cancelled, used)
+                            } else {
+                                let c = completion(
+                                    f,
+                                    &job.model,
+                                    acs_core::ids::completion_id(random()),
+                                    unix_now(),
+                                );
+                                (Outcome::Succeeded(c), used)
+                            };
+                        }
+                        Event::Failed(e) => end = (Outcome::Failed(e), 0),
+                    }
+                }
+                if let Some(t) = state
+                    .running_jobs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id)
+                {
+                    t.detach();
+                }
+                end
+            }
+        };
+        let now = state.now();
+        let retention = state.config.retention_ms;
+        if let Err(e) = state
+            .db
+            .tx(|s| jobs::finish(s, id, outcome, used, now, retention))
+        {
+            tracing::error!(job = %id, error = %e, "finishing a job failed");
+        }
+        state.wake.notify_one();
+    });
+}
+
+/// Startup: release every Hold of the previous process and requeue its running jobs.
+pub fn recover(state: &AppState) -> Result<usize, ApiError> {
+    state.db.tx(|s| jobs::recover(s))
+}

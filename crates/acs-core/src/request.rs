@@ -104,13 +104,17 @@ pub enum SteeringSource {
         /// Text whose direction to subtract.
         negative: String,
     },
+    /// A control vector the server was configured with (llama.cpp / repeng GGUF):
+    /// its direction for every layer it has, or only for `layer` when given.
+    ControlVector(String),
 }
 
 /// One `steering` entry: add `scale × vector` after block `layer`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Steering {
-    /// The block after which the vector is added.
-    pub layer: u32,
+    /// The block after which the vector is added; always set but for control vectors,
+    /// which carry their own layers.
+    pub layer: Option<u32>,
     /// The multiplier.
     pub scale: f32,
     /// The vector, or how to compute it.
@@ -336,12 +340,14 @@ impl CompletionRequest {
             ));
         }
         for (i, s) in self.steering.iter().enumerate() {
-            if s.layer >= model.n_layers {
+            if let Some(layer) = s.layer
+                && layer >= model.n_layers
+            {
                 return Err(ApiError::invalid_value(
                     format!("steering[{i}].layer"),
                     format!(
-                        "layer must be below the model's {} layers; got {}.",
-                        model.n_layers, s.layer
+                        "layer must be below the model's {} layers; got {layer}.",
+                        model.n_layers
                     ),
                 ));
             }
@@ -777,6 +783,7 @@ fn parse_steering_entry(i: usize, item: &Value) -> Result<Steering, ApiError> {
             "vector_b64",
             "positive",
             "negative",
+            "control_vector",
         ],
         &prefix,
     )?;
@@ -784,10 +791,7 @@ fn parse_steering_entry(i: usize, item: &Value) -> Result<Steering, ApiError> {
         obj,
         prefix: &prefix,
     };
-    let layer = f
-        .int_in("layer", 0, i64::from(u32::MAX))?
-        .ok_or_else(|| missing(&f.param("layer"), "Each steering entry needs a layer."))?
-        as u32;
+    let layer = f.int_in("layer", 0, i64::from(u32::MAX))?.map(|l| l as u32);
     let scale = f
         .number_in("scale", -MAX_STEERING_SCALE, MAX_STEERING_SCALE)?
         .unwrap_or(1.0);
@@ -796,10 +800,21 @@ fn parse_steering_entry(i: usize, item: &Value) -> Result<Steering, ApiError> {
         has("vector"),
         has("vector_b64"),
         has("positive") || has("negative"),
+        has("control_vector"),
     ) {
-        (true, false, false) => SteeringSource::Vector(parse_vector(&f)?),
-        (false, true, false) => SteeringSource::Vector(parse_vector_b64(&f)?),
-        (false, false, true) => {
+        (true, false, false, false) => SteeringSource::Vector(parse_vector(&f)?),
+        (false, true, false, false) => SteeringSource::Vector(parse_vector_b64(&f)?),
+        (false, false, false, true) => {
+            let name = f.string("control_vector")?.unwrap_or_default();
+            if name.is_empty() || name.len() > 256 {
+                return Err(ApiError::invalid_value(
+                    format!("{prefix}control_vector"),
+                    "control_vector names one of the server's control vectors.",
+                ));
+            }
+            SteeringSource::ControlVector(name)
+        }
+        (false, false, true, false) => {
             let positive = f.string("positive")?.ok_or_else(|| {
                 missing(&f.param("positive"), "A contrast pair needs positive text.")
             })?;
@@ -817,10 +832,16 @@ fn parse_steering_entry(i: usize, item: &Value) -> Result<Steering, ApiError> {
         _ => {
             return Err(ApiError::invalid_value(
                 format!("steering[{i}]"),
-                "Give exactly one of vector, vector_b64, or positive with negative.",
+                "Give exactly one of vector, vector_b64, control_vector, or positive with negative.",
             ));
         }
     };
+    if layer.is_none() && !matches!(source, SteeringSource::ControlVector(_)) {
+        return Err(missing(
+            &f.param("layer"),
+            "This steering entry needs a layer.",
+        ));
+    }
     Ok(Steering {
         layer,
         scale,

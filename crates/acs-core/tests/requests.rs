@@ -79,7 +79,8 @@ fn every_field_parses() {
         "stream": true, "stream_options": {"include_usage": true}, "user": "u",
         "steering": [{"layer": 1, "vector": [1, 2], "scale": -3},
                      {"layer": 2, "vector_b64": b64},
-                     {"layer": 3, "positive": "love", "negative": "hate", "scale": 4}],
+                     {"layer": 3, "positive": "love", "negative": "hate", "scale": 4},
+                     {"control_vector": "happy", "scale": 0.5}],
         "activations": {"layers": [0, 3], "positions": "all"}
     }))
     .unwrap();
@@ -101,6 +102,11 @@ fn every_field_parses() {
             negative: "hate".into()
         }
     );
+    assert_eq!(
+        r.steering[3].source,
+        SteeringSource::ControlVector("happy".into())
+    );
+    assert_eq!((r.steering[3].layer, r.steering[0].layer), (None, Some(1)));
     assert_eq!(
         r.activations,
         Some(ActivationsRequest {

@@ -6,6 +6,8 @@ use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo};
 use acs_llama::model::{KvCache, LayerAdd, Logits, Model, SeqInput};
 use acs_llama::sample::SamplingParams;
 
+use crate::control::ControlVectors;
+
 /// Largest activation read-out a request may ask for, in f32 values (64 MiB).
 pub const MAX_ACTIVATION_VALUES: usize = 16 << 20;
 
@@ -72,6 +74,7 @@ pub fn prepare(
     req: &CompletionRequest,
     model: &Model,
     info: &ModelInfo,
+    controls: &ControlVectors,
     seed: u64,
 ) -> Result<Generation, ApiError> {
     let tok = &model.tokenizer;
@@ -104,18 +107,46 @@ pub fn prepare(
         }
     }
     let mut steering = Vec::with_capacity(req.steering.len());
-    for s in &req.steering {
-        let layer = s.layer as usize;
-        let direction = match &s.source {
-            SteeringSource::Vector(v) => v.clone(),
-            SteeringSource::Contrast { positive, negative } => {
-                contrast_vector(model, positive, negative, layer)?
+    for (i, s) in req.steering.iter().enumerate() {
+        let scaled = |v: &[f32]| v.iter().map(|x| x * s.scale).collect();
+        match (&s.source, s.layer) {
+            (SteeringSource::Vector(v), Some(layer)) => steering.push(LayerAdd {
+                layer: layer as usize,
+                vector: scaled(v),
+            }),
+            (SteeringSource::Contrast { positive, negative }, Some(layer)) => {
+                let v = contrast_vector(model, positive, negative, layer as usize)?;
+                steering.push(LayerAdd {
+                    layer: layer as usize,
+                    vector: scaled(&v),
+                });
             }
-        };
-        steering.push(LayerAdd {
-            layer,
-            vector: direction.iter().map(|x| x * s.scale).collect(),
-        });
+            (SteeringSource::ControlVector(name), only) => {
+                let cv = controls.get(name).ok_or_else(|| {
+                    let mut known: Vec<&str> = controls.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    ApiError::invalid_value(
+                        format!("steering[{i}].control_vector"),
+                        format!("No control vector {name:?}; this server has {known:?}."),
+                    )
+                })?;
+                for (&layer, v) in &cv.directions {
+                    if only.is_none_or(|l| l as usize == layer) {
+                        steering.push(LayerAdd {
+                            layer,
+                            vector: scaled(v),
+                        });
+                    }
+                }
+            }
+            (_, None) => {
+                return Err(ApiError::param(
+                    ErrorCode::MissingParameter,
+                    format!("steering[{i}].layer"),
+                    "This steering entry needs a layer.",
+                ));
+            }
+        }
     }
     let capture = match &req.activations {
         None => None,

@@ -4,8 +4,10 @@
 //!   steering vectors, read-outs), checked against the model;
 //! - [`scheduler`]: continuous batching, one step at a time, driven by its owner;
 //! - [`engine`]: the scheduler on its own thread (native);
-//! - [`text`]: a choice's text with stop sequences.
+//! - [`text`]: a choice's text with stop sequences;
+//! - [`control`]: control vectors (llama.cpp / repeng GGUF files).
 
+pub mod control;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod engine;
 pub mod generation;

@@ -28,7 +28,14 @@ type Log = Arc<Mutex<Vec<Event>>>;
 fn submit(s: &mut Scheduler, body: Value) -> Log {
     let model = Arc::clone(s.model());
     let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
-    let g = prepare(&req, &model, &model_info(&model, "m", 0), 7).unwrap();
+    let g = prepare(
+        &req,
+        &model,
+        &model_info(&model, "m", 0),
+        &Default::default(),
+        7,
+    )
+    .unwrap();
     let log: Log = Arc::default();
     let l = Arc::clone(&log);
     s.submit(
@@ -249,7 +256,7 @@ fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
         Endpoint::Completions,
     )
     .unwrap();
-    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap();
     let log: Log = Arc::default();
     let l = Arc::clone(&log);
     let ticket = s
@@ -281,7 +288,7 @@ fn a_gone_receiver_cancels_and_a_dropped_ticket_cancels() {
         Endpoint::Completions,
     )
     .unwrap();
-    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap();
     s.submit(g.clone(), Box::new(|e| !matches!(e, Event::Delta(_))))
         .unwrap()
         .detach();
@@ -326,7 +333,7 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
         Endpoint::Completions,
     )
     .unwrap();
-    let g = prepare(&req, &m, &model_info(&m, "m", 0), 1).unwrap();
+    let g = prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap();
     let e = s.submit(g, Box::new(|_| true)).unwrap_err();
     assert_eq!((e.status(), e.param.as_deref()), (400, Some("max_tokens")));
     assert!(per_token > 0);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use acs_core::ids::{KeyHash, request_id};
 use acs_core::response::{BudgetView, List};
 use acs_core::{ApiError, ApiKey, Clock, ErrorCode, JobId, ModelInfo, Timestamp, ledger};
+use acs_engine::control::ControlVectors;
 use acs_engine::{Engine, Ticket};
 use axum::Router;
 use axum::body::Body;
@@ -61,6 +62,8 @@ pub struct AppState {
     pub db: Db,
     /// The engine thread.
     pub engine: Engine,
+    /// Control vectors requests may name.
+    pub controls: Arc<ControlVectors>,
     /// Configuration.
     pub config: Arc<Config>,
     /// Tickets of running jobs, so that a cancel reaches the engine at once.

@@ -191,7 +191,7 @@ fn engine_run(
     let t = Instant::now();
     let mut tickets = Vec::new();
     for i in 0..concurrent {
-        let mut g = prepare(&req, model, &info, i as u64)?;
+        let mut g = prepare(&req, model, &info, &Default::default(), i as u64)?;
         g.seed = i as u64;
         let tx = tx.clone();
         tickets.push(engine.submit(g, Box::new(move |e| tx.send(e).is_ok()))?);

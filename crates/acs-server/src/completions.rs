@@ -43,8 +43,9 @@ pub async fn prepare_request(
 ) -> Result<acs_engine::Generation, ApiError> {
     let info = state.check_model(&req.model)?;
     let model = std::sync::Arc::clone(state.engine.model());
+    let controls = std::sync::Arc::clone(&state.controls);
     let seed = u64::from_le_bytes(random());
-    tokio::task::spawn_blocking(move || prepare(&req, &model, &info, seed))
+    tokio::task::spawn_blocking(move || prepare(&req, &model, &info, &controls, seed))
         .await
         .map_err(|e| ApiError::internal(format!("prepare task: {e}")))?
 }

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use acs_engine::control::{ControlVector, ControlVectorError, ControlVectors};
 use acs_engine::{Engine, SchedulerConfig};
+use acs_llama::gguf::GgufFile;
 use tokio::sync::Notify;
 
 use crate::app::{self, AppState, Config, TUTORIAL_ALIAS};
@@ -38,6 +40,10 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
+    /// A control vector requests may name: NAME=FILE (a llama.cpp / repeng GGUF);
+    /// repeat for several.
+    #[arg(long = "control-vector", value_name = "NAME=FILE")]
+    control_vectors: Vec<String>,
     /// The playground's static files, served at `/` (default: web/ of this checkout).
     #[arg(long)]
     web: Option<PathBuf>,
@@ -63,6 +69,19 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
                 .unwrap_or_else(|| "model".into())
         }
     });
+    let mut controls = ControlVectors::new();
+    for spec in &a.control_vectors {
+        let (name, file) = spec.split_once('=').ok_or_else(|| {
+            CliError::Api(acs_core::ApiError::internal(format!(
+                "--control-vector takes NAME=FILE, not {spec:?}"
+            )))
+        })?;
+        let cv = GgufFile::open(file)
+            .map_err(ControlVectorError::from)
+            .and_then(|f| ControlVector::from_gguf(&f, model.config.n_layers, model.config.d_model))
+            .map_err(|e| CliError::Api(acs_core::ApiError::internal(format!("{file}: {e}"))))?;
+        controls.insert(name.to_owned(), cv);
+    }
     let db = Db::open(&a.data)
         .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
     let engine = Engine::start(
@@ -76,6 +95,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
     let state = AppState {
         db,
         engine,
+        controls: Arc::new(controls),
         config: Arc::new(Config {
             model_id: model_id.clone(),
             aliases: vec![TUTORIAL_ALIAS.to_owned()],

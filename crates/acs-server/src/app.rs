@@ -236,6 +236,15 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// The OpenAPI document of the contract, as this server implements it.
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("../openapi.json"),
+    )
+        .into_response()
+}
+
 async fn unknown_route(method: Method, uri: axum::http::Uri) -> Failure {
     Failure(ApiError::new(
         ErrorCode::UnknownRoute,
@@ -287,6 +296,7 @@ pub fn router(state: AppState, web: Option<std::path::PathBuf>) -> Router {
             post(jobs_http::cancel).fallback(method_not_allowed),
         )
         .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
         .with_state(state);
     let app = match web {
         Some(dir) => api.fallback_service(ServeDir::new(dir).fallback(get(unknown_route))),

@@ -1,8 +1,6 @@
 //! Steering and activation read-outs, measured on the default model and on generated
 //! tiny models: steering moves what it should and nothing else.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
 use acs_core::{CompletionRequest, Endpoint};
@@ -34,7 +32,7 @@ fn mean_logprob(model: &Model, prompt: &str, words: &[u32], steer: &[LayerAdd]) 
 
 #[test]
 fn a_contrast_vector_moves_positive_words_with_its_scale() {
-    let model = Model::open(common::default_model_path()).unwrap();
+    let model = Model::open(acs_llama::testgen::default_model_for_tests()).unwrap();
     let layer = model.config.n_layers / 2;
     let v = contrast_vector(
         &model,

@@ -352,3 +352,32 @@ pub fn write_test_model(
     std::fs::write(path, test_model_bytes(spec)?)?;
     Ok(())
 }
+
+/// File name of the default model (SmolLM2-135M-Instruct Q4_1) in the model cache.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where fetched models are kept: `$ACS_MODEL_CACHE`, else `~/.cache/acs/models`
+/// (`scripts/fetch-model.sh` and `acs serve` put the default model there).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn model_cache_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("ACS_MODEL_CACHE") {
+        return dir.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    std::path::PathBuf::from(home).join(".cache/acs/models")
+}
+
+/// The default model for the tests that need real text: `$ACS_TEST_MODEL`, else the
+/// model cache. Panics, so that such a test fails rather than skips, when it is absent.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn default_model_for_tests() -> std::path::PathBuf {
+    let path = std::env::var_os("ACS_TEST_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| model_cache_dir().join(DEFAULT_MODEL_FILE));
+    assert!(
+        path.exists(),
+        "default model missing at {}: run scripts/fetch-model.sh",
+        path.display()
+    );
+    path
+}

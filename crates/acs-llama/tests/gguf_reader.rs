@@ -1,7 +1,5 @@
 //! The GGUF reader: writer round trips, streaming, and hostile files.
 
-mod common;
-
 use acs_llama::gguf::{
     GgufError, GgufFile, GgufHeader, GgufWriter, HeaderParse, MetaArray, MetaValue, TensorStream,
 };
@@ -495,7 +493,7 @@ fn generated_models_carry_llama_metadata() {
 /// The real default model; values from the `gguf` Python package's dequantizer.
 #[test]
 fn real_model_matches_python_reference() {
-    let f = GgufFile::open(common::default_model_path()).unwrap();
+    let f = GgufFile::open(acs_llama::testgen::default_model_for_tests()).unwrap();
     let md = f.metadata();
     assert_eq!(md.get_str("general.architecture").unwrap(), "llama");
     assert_eq!(md.get_u32("llama.block_count").unwrap(), 30);

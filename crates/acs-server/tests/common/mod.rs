@@ -16,19 +16,9 @@ pub fn acs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_acs"))
 }
 
-/// The default model, as the tests of acs-llama find it; fails when absent.
+/// The default model, as every test that needs real text finds it.
 pub fn default_model() -> PathBuf {
-    let path = match std::env::var_os("ACS_TEST_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-            .join(".cache/acs/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    assert!(
-        path.exists(),
-        "default model missing at {}: run scripts/fetch-model.sh",
-        path.display()
-    );
-    path
+    acs_llama::testgen::default_model_for_tests()
 }
 
 /// A fresh directory under the system temp dir.

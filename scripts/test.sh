@@ -33,3 +33,7 @@ export ACS_TEST_MODEL
 
 step "cargo test"
 cargo test --workspace
+
+step "conformance suite against acs serve (tests/conformance)"
+cargo build -p acs-server
+ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_acs.sh -q

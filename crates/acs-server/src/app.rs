@@ -7,18 +7,19 @@ use std::time::Duration;
 
 use acs_core::ids::{KeyHash, request_id};
 use acs_core::response::{BudgetView, List};
-use acs_core::{ApiError, ApiKey, Clock, ErrorCode, JobId, ModelInfo, Timestamp, ledger};
+use acs_core::{ApiError, ApiKey, Clock, ErrorCode, JobId, ModelInfo, Timestamp, jobs, ledger};
 use acs_engine::control::ControlVectors;
 use acs_engine::{Engine, Ticket};
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use tokio::sync::Notify;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 use tower_http::services::ServeDir;
 
 use crate::cli::random;
@@ -194,6 +195,14 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, Api
     }
 }
 
+/// A job id from the path; anything that is not one (not even UTF-8) is 404.
+pub fn job_id(path: Result<Path<String>, PathRejection>) -> Result<JobId, ApiError> {
+    match path {
+        Ok(Path(id)) => jobs::parse_id(&id),
+        Err(_) => Err(ApiError::new(ErrorCode::NotFound, "No job with that id.")),
+    }
+}
+
 /// Reads a request body up to the size limit; 413 past it.
 pub async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, state.config.max_body_bytes)
@@ -299,14 +308,20 @@ pub fn router(state: AppState, web: Option<std::path::PathBuf>) -> Router {
         .route("/openapi.json", get(openapi))
         .with_state(state);
     let app = match web {
-        Some(dir) => api.fallback_service(ServeDir::new(dir).fallback(get(unknown_route))),
+        Some(dir) => api.fallback_service(
+            ServeDir::new(dir)
+                .call_fallback_on_method_not_allowed(true)
+                .fallback(any(unknown_route)),
+        ),
         None => api.fallback(unknown_route),
     };
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-        .allow_headers(Any)
+        // Browsers never let `*` cover Authorization: name what was asked for.
+        .allow_headers(AllowHeaders::mirror_request())
         .expose_headers(Any)
         .max_age(Duration::from_secs(3600));
-    app.layer(middleware::from_fn(request_ids)).layer(cors)
+    // Request ids outermost, so that CORS preflight answers carry one too.
+    app.layer(cors).layer(middleware::from_fn(request_ids))
 }

@@ -136,7 +136,17 @@ pub async fn create(
     let model = req.model.clone();
     let (stream, include_usage) = (req.stream, req.stream_include_usage);
     let generation = prepare_request(&state, req).await?;
-    let admitted = admit_and_run(&state, &key.id, generation)?;
+    let admitted = match admit_and_run(&state, &key.id, generation) {
+        Ok(a) => a,
+        Err(e) => {
+            // Refusals (402, 429) tell the client where its key stands.
+            let mut resp = Failure(e).into_response();
+            if let Ok(view) = state.db.tx(|s| ledger::view(s, &key.id)) {
+                budget_headers(resp.headers_mut(), &view);
+            }
+            return Ok(resp);
+        }
+    };
     let view = state.db.tx(|s| ledger::view(s, &key.id))?;
     let rid = admitted.request_id.clone();
     let mut resp = if stream {

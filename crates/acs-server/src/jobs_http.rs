@@ -5,13 +5,14 @@ use acs_core::jobs::{self, Begin};
 use acs_core::request::canonical_json;
 use acs_core::{ApiError, CompletionRequest, Endpoint, Job, JobId, JobStatus, ledger};
 use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
 use crate::app::{
-    AppState, Failure, authenticate, budget_headers, json_response, read_body, set_header,
+    AppState, Failure, authenticate, budget_headers, job_id, json_response, read_body, set_header,
 };
 use crate::cli::random;
 use crate::completions::prepare_request;
@@ -82,10 +83,10 @@ pub async fn submit(
 pub async fn get(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, Failure> {
     let key = authenticate(&state, &headers)?;
-    let id = jobs::parse_id(&id)?;
+    let id = job_id(path)?;
     let job = state.db.tx(|s| jobs::owned(s, &key.id, id))?;
     Ok(job_response(&state, StatusCode::OK, &job))
 }
@@ -101,9 +102,12 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let key = authenticate(&state, &headers)?;
+    let Query(q) = query.map_err(|e| {
+        ApiError::invalid_value("limit", format!("The query string is malformed: {e}."))
+    })?;
     let now = state.now();
     let page = state
         .db
@@ -115,10 +119,10 @@ pub async fn list(
 pub async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, Failure> {
     let key = authenticate(&state, &headers)?;
-    let id = jobs::parse_id(&id)?;
+    let id = job_id(path)?;
     let now = state.now();
     let retention = state.config.retention_ms;
     let job = state
@@ -137,10 +141,10 @@ pub async fn cancel(
 pub async fn result(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, Failure> {
     let key = authenticate(&state, &headers)?;
-    let id = jobs::parse_id(&id)?;
+    let id = job_id(path)?;
     let now = state.now();
     let completion = state.db.tx(|s| jobs::result(s, &key.id, id, now))?;
     let mut resp = json_response(StatusCode::OK, &completion);

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs the conformance suite against a fresh `acs serve` on a free loopback port.
+# Builds nothing: uses $ACS_BIN (default $CARGO_TARGET_DIR/release/acs, with
+# CARGO_TARGET_DIR defaulting to /root/.cache/acs-target).
+# Extra arguments go to pytest (e.g. -k jobs, -x, -q).
+# The last line of the output is exactly "N passed, N failed".
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+ACS_BIN="${ACS_BIN:-${CARGO_TARGET_DIR:-/root/.cache/acs-target}/release/acs}"
+RETENTION="${ACS_RETENTION_SECS:-4}"
+MAX_BODY="${ACS_MAX_BODY_BYTES:-1048576}"
+VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
+
+if [[ ! -x "$ACS_BIN" ]]; then
+  echo "run_against_acs.sh: no acs binary at $ACS_BIN (build it: cargo build --release -p acs-server)" >&2
+  exit 2
+fi
+
+# A Python with the requirements: $PYTHON, else the venv (made on first use).
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    python3 -m venv "$VENV" >&2 && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" >&2
+  fi
+  PYTHON="$VENV/bin/python"
+fi
+if ! "$PYTHON" -c "import pytest, httpx" 2>/dev/null; then
+  "$PYTHON" -m pip install -q -r "$HERE/requirements.txt" >&2
+fi
+
+DATA="$(mktemp -d -t acs-conformance.XXXXXX)"
+PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# start.sh starts the server and waits for it; restart.sh kills it hard (SIGKILL, a
+# crash) and starts it again on the same port and data: the suite's restart test uses it.
+cat >"$DATA/start.sh" <<START
+#!/usr/bin/env bash
+'$ACS_BIN' serve --data '$DATA' --addr '127.0.0.1:$PORT' --retention-secs '$RETENTION' \\
+  --max-body-bytes '$MAX_BODY' ${ACS_SERVE_ARGS:-} >>'$DATA/server.log' 2>&1 &
+echo \$! >'$DATA/server.pid'
+for _ in \$(seq 600); do
+  if curl -fsS 'http://127.0.0.1:$PORT/v1/models' >/dev/null 2>&1; then exit 0; fi
+  kill -0 \$(cat '$DATA/server.pid') 2>/dev/null || { echo 'acs serve exited:' >&2; tail -20 '$DATA/server.log' >&2; exit 2; }
+  sleep 0.2
+done
+echo 'acs serve did not come up' >&2; exit 2
+START
+cat >"$DATA/restart.sh" <<RESTART
+#!/usr/bin/env bash
+PID=\$(cat '$DATA/server.pid')
+kill -9 "\$PID" 2>/dev/null
+while kill -0 "\$PID" 2>/dev/null; do sleep 0.05; done
+exec bash '$DATA/start.sh'
+RESTART
+
+cleanup() {
+  local pid
+  pid="$(cat "$DATA/server.pid" 2>/dev/null)"
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+  fi
+  if [[ -n "${ACS_KEEP_DATA:-}" ]]; then echo "data kept in $DATA" >&2; else rm -rf "$DATA"; fi
+}
+trap cleanup EXIT
+bash "$DATA/start.sh" || exit 2
+
+export ACS_BASE_URL="http://127.0.0.1:$PORT"
+export ACS_MAKE_KEY="'$ACS_BIN' keys create --data '$DATA' --tokens {tokens} --max-running {max_running}"
+export ACS_RETENTION_SECS="$RETENTION"
+export ACS_MAX_BODY_BYTES="$MAX_BODY"
+export ACS_OPENAPI="${ACS_OPENAPI:-$ROOT/crates/acs-server/openapi.json}"
+export ACS_RESTART_CMD="bash '$DATA/restart.sh'"
+# schemathesis beside the chosen Python (a venv), else on PATH.
+if [[ -z "${ACS_SCHEMATHESIS:-}" && "$PYTHON" == */* && -x "$(dirname "$PYTHON")/schemathesis" ]]; then
+  export ACS_SCHEMATHESIS="$(dirname "$PYTHON")/schemathesis"
+fi
+
+cd "$HERE"
+"$PYTHON" -m pytest -rfE "$@"
+RC=$?
+if [[ $RC -ne 0 && -n "${ACS_SHOW_SERVER_LOG:-}" ]]; then tail -50 "$DATA/server.log" >&2; fi
+exit $RC

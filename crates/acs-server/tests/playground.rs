@@ -32,6 +32,9 @@ fn the_playground_samples_two_prompts_in_chromium() {
     );
     let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(result["ok"], true, "{result}");
-    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "a real screenshot");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "a real screenshot"
+    );
     println!("screenshot: {}", shot.display());
 }

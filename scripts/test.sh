@@ -15,8 +15,12 @@ cargo fmt --all --check
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "clippy of the WebGPU backend (feature webgpu)"
+cargo clippy -p acs-llama --all-targets --features webgpu -- -D warnings
+
 step "wasm32 builds"
 cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
+cargo build -p acs-llama --features webgpu --target wasm32-unknown-unknown
 
 # Runs one cargo-fuzz project for ACS_FUZZ_SECONDS; shows libFuzzer's log on a crash.
 fuzz() {
@@ -38,6 +42,9 @@ export ACS_TEST_MODEL
 
 step "cargo test"
 cargo test --workspace
+
+step "WebGPU backend against the CPU backend (wgpu on lavapipe)"
+XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test -p acs-llama --features webgpu --test webgpu
 
 step "conformance suite against acs serve (tests/conformance)"
 cargo build -p acs-server

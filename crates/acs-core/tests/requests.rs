@@ -592,3 +592,13 @@ fn too_many_prompts_are_refused() {
         (400, "invalid_value", Some("prompt"))
     );
 }
+
+#[test]
+fn canonical_json_parses_back_to_itself_even_for_long_floats() {
+    // Found by fuzzing: without exact float parsing, 6.666…e52 came back one ULP off.
+    let body = br#"{"model":66666666666666666666666666666666666666666666666666666.666666666666666666666666666666666666666666666}"#;
+    let v = request::parse_json_object(body).unwrap();
+    let once = canonical_json(&v);
+    let again: serde_json::Value = serde_json::from_str(&once).unwrap();
+    assert_eq!(canonical_json(&again), once);
+}

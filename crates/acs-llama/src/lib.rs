@@ -6,3 +6,5 @@ pub mod quant;
 pub mod sample;
 pub mod testgen;
 pub mod tokenizer;
+#[cfg(feature = "webgpu")]
+pub mod webgpu;

@@ -1,0 +1,134 @@
+// Expands ggml weight blocks, 32 values at a time: the part every kernel that reads
+// weights shares. The including shader declares `W: array<u32>` (the tensor's raw
+// bytes as little-endian words) and the host prepends `const FORMAT: u32 = <ggml type
+// id>;`, so each weight format gets its own pipeline with the other cases folded away.
+// Block layouts are ggml's (see quant.rs); every field sits at an even byte offset.
+
+// The 32 values `fill` expanded last.
+var<private> y: array<f32, 32>;
+
+fn byte_at(o: u32) -> u32 {
+    return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
+}
+
+fn i8_at(o: u32) -> f32 {
+    return f32(bitcast<i32>(byte_at(o) << 24u) >> 24u);
+}
+
+fn f16_at(o: u32) -> f32 {
+    return unpack2x16float((W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu).x;
+}
+
+// (scale, min) of sub-block `j` of the packed 12-byte Q4_K / Q5_K scales at byte `p`
+// (ggml's get_scale_min_k4).
+fn scale_min_k4(j: u32, p: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32(byte_at(p + j) & 63u), f32(byte_at(p + j + 4u) & 63u));
+    }
+    let a = byte_at(p + j + 4u);
+    return vec2<f32>(
+        f32((a & 15u) | ((byte_at(p + j - 4u) >> 6u) << 4u)),
+        f32((a >> 4u) | ((byte_at(p + j) >> 6u) << 4u)),
+    );
+}
+
+// The signed 6-bit value of element `e` (0..256) of the Q6_K block at byte `b`.
+fn q6k_value(b: u32, e: u32) -> f32 {
+    let half = e / 128u;
+    let p = e % 128u;
+    let g = p / 32u;
+    let l = p % 32u;
+    let ql = byte_at(b + 64u * half + (g & 1u) * 32u + l);
+    let qh = byte_at(b + 128u + 32u * half + l);
+    let lo = (ql >> (4u * (g >> 1u))) & 15u;
+    let hi = (qh >> (2u * g)) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+// Expands values [32c, 32c + 32) of the row whose bytes start at `o` into `y`, with
+// the same f32 operations as quant.rs's dequantize_block.
+fn fill(o: u32, c: u32) {
+    switch FORMAT {
+        // F32
+        case 0u: {
+            let w = (o >> 2u) + 32u * c;
+            for (var j = 0u; j < 32u; j++) {
+                y[j] = bitcast<f32>(W[w + j]);
+            }
+        }
+        // F16
+        case 1u: {
+            let b = o + 64u * c;
+            for (var j = 0u; j < 32u; j++) {
+                y[j] = f16_at(b + 2u * j);
+            }
+        }
+        // Q4_0
+        case 2u: {
+            let b = o + 18u * c;
+            let d = f16_at(b);
+            for (var j = 0u; j < 16u; j++) {
+                let q = byte_at(b + 2u + j);
+                y[j] = d * (f32(q & 15u) - 8.0);
+                y[j + 16u] = d * (f32(q >> 4u) - 8.0);
+            }
+        }
+        // Q4_1
+        case 3u: {
+            let b = o + 20u * c;
+            let d = f16_at(b);
+            let m = f16_at(b + 2u);
+            for (var j = 0u; j < 16u; j++) {
+                let q = byte_at(b + 4u + j);
+                y[j] = d * f32(q & 15u) + m;
+                y[j + 16u] = d * f32(q >> 4u) + m;
+            }
+        }
+        // Q8_0
+        case 8u: {
+            let b = o + 34u * c;
+            let d = f16_at(b);
+            for (var j = 0u; j < 32u; j++) {
+                y[j] = d * i8_at(b + 2u + j);
+            }
+        }
+        // Q4_K: 8 sub-blocks of 32 per 256-value block.
+        case 12u: {
+            let b = o + 144u * (c / 8u);
+            let s = c % 8u;
+            let sm = scale_min_k4(s, b + 4u);
+            let d1 = f16_at(b) * sm.x;
+            let m1 = f16_at(b + 2u) * sm.y;
+            let q = b + 16u + 32u * (s / 2u);
+            let shift = 4u * (s % 2u);
+            for (var l = 0u; l < 32u; l++) {
+                y[l] = d1 * f32((byte_at(q + l) >> shift) & 15u) - m1;
+            }
+        }
+        // Q5_K
+        case 13u: {
+            let b = o + 176u * (c / 8u);
+            let s = c % 8u;
+            let sm = scale_min_k4(s, b + 4u);
+            let d1 = f16_at(b) * sm.x;
+            let m1 = f16_at(b + 2u) * sm.y;
+            let q = b + 48u + 32u * (s / 2u);
+            let shift = 4u * (s % 2u);
+            for (var l = 0u; l < 32u; l++) {
+                let h = ((byte_at(b + 16u + l) >> s) & 1u) << 4u;
+                y[l] = d1 * f32(((byte_at(q + l) >> shift) & 15u) | h) - m1;
+            }
+        }
+        // Q6_K
+        case 14u: {
+            let b = o + 210u * (c / 8u);
+            let s = c % 8u;
+            let d = f16_at(b + 208u);
+            for (var l = 0u; l < 32u; l++) {
+                let e = 32u * s + l;
+                y[l] = d * i8_at(b + 192u + e / 16u) * q6k_value(b, e);
+            }
+        }
+        default: {}
+    }
+}

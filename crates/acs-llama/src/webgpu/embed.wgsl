@@ -1,0 +1,32 @@
+// X[t] = row TOK[t] of the embedding, for the tokens whose rows lie in this weight
+// buffer (rows row0 .. row0 + rows). One thread per token and 32 values.
+
+struct Params {
+    row0: u32,
+    rows: u32,
+    n_tokens: u32,
+    cols: u32,
+    row_bytes: u32,
+}
+
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> TOK: array<u32>;
+@group(0) @binding(2) var<storage, read_write> X: array<f32>;
+@group(0) @binding(3) var<uniform> P: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c = gid.x;
+    let t = gid.y;
+    if c >= P.cols / 32u || t >= P.n_tokens {
+        return;
+    }
+    let tok = TOK[t];
+    if tok < P.row0 || tok >= P.row0 + P.rows {
+        return;
+    }
+    fill((tok - P.row0) * P.row_bytes, c);
+    for (var j = 0u; j < 32u; j++) {
+        X[t * P.cols + 32u * c + j] = y[j];
+    }
+}

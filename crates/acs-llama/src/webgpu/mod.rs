@@ -1,0 +1,1328 @@
+//! The Llama forward pass in WGSL compute shaders, on any WebGPU device (wgpu natively,
+//! the browser's WebGPU on wasm).
+//!
+//! [`GpuModel::forward`] computes what [`crate::model::Model::forward`] computes, for
+//! the same batch of sequences, with every weight kept on the device in its ggml
+//! format (raw bytes in storage buffers; the kernels expand blocks as they read them).
+//! Block-format matmuls round their inputs to 8-bit blocks first, as the CPU path and
+//! llama.cpp do, so the two backends agree to float rounding, not just roughly.
+//!
+//! A step is recorded as a list of dispatches and buffer copies and submitted once;
+//! only the logits of the rows that sample (and any captured activations) come back.
+//! Each sequence's KV cache lives on the device ([`GpuCache`]), one buffer for keys
+//! and one for values, laid out `[layer][position][kv_dim]`, grown by doubling.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+use wgpu::util::DeviceExt;
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::model::{LayerAdd, LlamaConfig, Logits, ModelError, SeqOutput};
+use crate::quant::{self, GgmlType};
+
+/// The weight formats with a WGSL kernel here (`dequant.wgsl`).
+pub const SUPPORTED: [GgmlType; 8] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Threads per workgroup of every kernel (the WGSL files hard-code it too).
+const WG: u32 = 64;
+/// Vectors per matmul thread (`TILE` in matmul.wgsl).
+const TILE: u32 = 8;
+/// The most workgroups WebGPU guarantees along one dispatch dimension.
+const MAX_GROUPS: u32 = 65_535;
+/// Cache capacity grows in steps of this many positions, which keeps each layer's
+/// slice of a cache buffer at a multiple of 256 bytes, the largest storage-binding
+/// offset alignment WebGPU allows.
+const CACHE_STEP: usize = 64;
+/// Bytes of one kernel's parameters in the step's uniform buffer (all fit in 16 words).
+const PARAM_BYTES: u64 = 64;
+
+/// Why the WebGPU backend could not load or run a model.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No adapter, or only software ones when those are not allowed.
+    #[error("no WebGPU adapter found{}", if *allow_software { "" } else { " (software adapters excluded)" })]
+    NoAdapter {
+        /// Whether CPU (software) adapters such as lavapipe were acceptable.
+        allow_software: bool,
+    },
+    /// The adapter refused to open a device.
+    #[error("cannot open the WebGPU device: {0}")]
+    RequestDevice(String),
+    /// The device went away (driver reset, tab backgrounded, …); load the model again.
+    #[error("the WebGPU device was lost: {0}")]
+    DeviceLost(String),
+    /// The device ran out of memory.
+    #[error("out of GPU memory: {0}")]
+    OutOfMemory(String),
+    /// The device rejected work it was given: a bug in this backend.
+    #[error("WebGPU rejected the work: {0}")]
+    Validation(String),
+    /// A weight in a format without a WGSL kernel.
+    #[error("tensor {name}: ggml type {ty:?} has no WebGPU kernel")]
+    Unsupported {
+        /// The tensor.
+        name: String,
+        /// Its format.
+        ty: GgmlType,
+    },
+    /// Something larger than the device's limits allow.
+    #[error("{what} needs {needed} bytes; the device allows {limit}")]
+    TooLarge {
+        /// What did not fit.
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// The device's limit.
+        limit: u64,
+    },
+    /// Results could not be read back.
+    #[error("reading results back failed: {0}")]
+    Readback(String),
+    /// The model file or the batch is unusable (same errors as the CPU path).
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+impl From<GgufError> for GpuError {
+    fn from(e: GgufError) -> Self {
+        GpuError::Model(ModelError::Gguf(e))
+    }
+}
+
+/// Finds an adapter: the best hardware one (discrete, then integrated, then virtual),
+/// else a software one (lavapipe, SwiftShader) if `allow_software`. Report its
+/// `get_info()` (name, backend, device type) so a slow software fallback is visible.
+pub async fn pick_adapter(allow_software: bool) -> Result<wgpu::Adapter, GpuError> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let rank = |t: wgpu::DeviceType| match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    };
+    let usable =
+        |a: &wgpu::Adapter| allow_software || a.get_info().device_type != wgpu::DeviceType::Cpu;
+    let mut adapters: Vec<wgpu::Adapter> = instance
+        .enumerate_adapters(wgpu::Backends::all())
+        .await
+        .into_iter()
+        .filter(usable)
+        .collect();
+    adapters.sort_by_key(|a| rank(a.get_info().device_type));
+    if let Some(a) = adapters.into_iter().next() {
+        return Ok(a);
+    }
+    // The browser lists no adapters; it hands out one on request.
+    let options = wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    };
+    match instance.request_adapter(&options).await {
+        Ok(a) if usable(&a) => Ok(a),
+        _ => Err(GpuError::NoAdapter { allow_software }),
+    }
+}
+
+/// One weight buffer of a tensor: rows `row0 .. row0 + rows`.
+#[derive(Debug)]
+struct Chunk {
+    buf: wgpu::Buffer,
+    row0: usize,
+    rows: usize,
+}
+
+/// A weight matrix on the device, in its ggml format, split by rows into buffers that
+/// each fit the device's binding limit.
+#[derive(Debug)]
+struct GpuTensor {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    chunks: Vec<Chunk>,
+}
+
+#[derive(Debug)]
+struct GpuBlock {
+    attn_norm: wgpu::Buffer,
+    wq: GpuTensor,
+    wk: GpuTensor,
+    wv: GpuTensor,
+    wo: GpuTensor,
+    ffn_norm: wgpu::Buffer,
+    gate: GpuTensor,
+    up: GpuTensor,
+    down: GpuTensor,
+}
+
+/// The compiled kernels; the weight-reading ones once per format the model uses.
+#[derive(Debug)]
+struct Pipelines {
+    matmul: HashMap<GgmlType, wgpu::ComputePipeline>,
+    embed: wgpu::ComputePipeline,
+    rms_norm: wgpu::ComputePipeline,
+    quantize: wgpu::ComputePipeline,
+    rope: wgpu::ComputePipeline,
+    swiglu: wgpu::ComputePipeline,
+    add: wgpu::ComputePipeline,
+    attention: wgpu::ComputePipeline,
+}
+
+/// A Llama model whose weights live on a WebGPU device.
+#[derive(Debug)]
+pub struct GpuModel {
+    /// Hyper-parameters.
+    pub config: LlamaConfig,
+    info: wgpu::AdapterInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    embed: GpuTensor,
+    /// `None` when the output layer reuses the embedding.
+    output: Option<GpuTensor>,
+    blocks: Vec<GpuBlock>,
+    out_norm: wgpu::Buffer,
+    rope_inv_freq: Vec<f32>,
+    pipes: Pipelines,
+    /// Why the device was lost, once it is.
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+/// One sequence's keys and values on the device.
+#[derive(Debug, Default)]
+pub struct GpuCache {
+    /// `[layer][cap][kv_dim]` keys and values; `None` until the first token.
+    kv: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    len: usize,
+    cap: usize,
+    layer_bytes: u64,
+}
+
+impl GpuCache {
+    /// Positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Device bytes this cache holds (its capacity), for memory accounting.
+    pub fn bytes(&self) -> u64 {
+        match &self.kv {
+            Some((k, v)) => k.size() + v.size(),
+            None => 0,
+        }
+    }
+}
+
+/// One sequence's part of a batch step (as [`crate::model::SeqInput`]).
+#[derive(Debug)]
+pub struct GpuSeqInput<'a> {
+    /// Its cache; the new tokens are appended.
+    pub cache: &'a mut GpuCache,
+    /// The new tokens.
+    pub tokens: &'a [u32],
+    /// Vectors to add after given blocks, for this sequence only.
+    pub steering: &'a [LayerAdd],
+    /// Blocks after which to copy out the residual stream of the new tokens.
+    pub capture: &'a [usize],
+    /// Which logits to return.
+    pub logits: Logits,
+}
+
+/// The format and byte range of tensor `name`, checked to be `rows × cols`.
+fn check_dims(
+    file: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<(GgmlType, Range<usize>), GpuError> {
+    let (info, data) = file.tensor_data(name)?;
+    if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
+        return Err(ModelError::TensorShape {
+            name: name.to_owned(),
+            dims: info.dims.clone(),
+            cols,
+            rows,
+        }
+        .into());
+    }
+    let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+    Ok((info.ty, start..start + data.len()))
+}
+
+/// Bytes `data` padded with zeros to whole words (storage buffers hold `u32`s).
+fn padded(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if data.len().is_multiple_of(4) && !data.is_empty() {
+        std::borrow::Cow::Borrowed(data)
+    } else {
+        let mut v = data.to_vec();
+        v.resize(data.len().div_ceil(4).max(1) * 4, 0);
+        std::borrow::Cow::Owned(v)
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl GpuModel {
+    /// Loads a model onto the best adapter [`pick_adapter`] finds, software included,
+    /// blocking until the weights are uploaded.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new(file: &GgufFile) -> Result<Self, GpuError> {
+        let adapter = pollster::block_on(pick_adapter(true))?;
+        pollster::block_on(Self::load(file, adapter))
+    }
+
+    /// Opens a device on `adapter` and uploads the model's weights, tensor by tensor.
+    pub async fn load(file: &GgufFile, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        let config = LlamaConfig::from_metadata(file.metadata())?;
+        let info = adapter.get_info();
+        let have = adapter.limits();
+        // The WebGPU defaults, except as large buffers as the adapter can bind: the
+        // embedding of a real model is hundreds of MiB.
+        let required_limits = wgpu::Limits {
+            max_storage_buffer_binding_size: have.max_storage_buffer_binding_size,
+            max_buffer_size: have.max_buffer_size,
+            ..wgpu::Limits::default()
+        };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("acs-llama"),
+                required_limits,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        let lost = Arc::new(Mutex::new(None));
+        let lost_cb = Arc::clone(&lost);
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = lost_cb.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        let limits = device.limits();
+        let scopes = ErrorScopes::push(&device);
+
+        let c = &config;
+        let names = |l: usize, part: &str| format!("blk.{l}.{part}.weight");
+        let mut formats = Vec::new();
+        let mut upload = |name: &str, cols: usize, rows: usize| -> Result<GpuTensor, GpuError> {
+            let t = Self::upload_tensor(&device, &limits, file, name, cols, rows)?;
+            if !formats.contains(&t.ty) {
+                formats.push(t.ty);
+            }
+            Ok(t)
+        };
+        let embed = upload("token_embd.weight", c.d_model, c.vocab)?;
+        let output = if file.header().tensor("output.weight").is_some() {
+            Some(upload("output.weight", c.d_model, c.vocab)?)
+        } else {
+            None
+        };
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let n = |p: &str| names(l, p);
+            blocks.push(GpuBlock {
+                attn_norm: Self::upload_vector(&device, file, &n("attn_norm"), c.d_model)?,
+                wq: upload(&n("attn_q"), c.d_model, c.d_model)?,
+                wk: upload(&n("attn_k"), c.d_model, c.kv_dim())?,
+                wv: upload(&n("attn_v"), c.d_model, c.kv_dim())?,
+                wo: upload(&n("attn_output"), c.d_model, c.d_model)?,
+                ffn_norm: Self::upload_vector(&device, file, &n("ffn_norm"), c.d_model)?,
+                gate: upload(&n("ffn_gate"), c.d_model, c.ffn)?,
+                up: upload(&n("ffn_up"), c.d_model, c.ffn)?,
+                down: upload(&n("ffn_down"), c.ffn, c.d_model)?,
+            });
+        }
+        let out_norm = Self::upload_vector(&device, file, "output_norm.weight", c.d_model)?;
+        let pipes = Pipelines::new(&device, &formats, embed.ty);
+        scopes.pop().await?;
+        let rope_inv_freq = (0..c.rope_dims / 2)
+            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+            .collect();
+        Ok(GpuModel {
+            config,
+            info,
+            device,
+            queue,
+            limits,
+            embed,
+            output,
+            blocks,
+            out_norm,
+            rope_inv_freq,
+            pipes,
+            lost,
+        })
+    }
+
+    /// The adapter the model runs on (name, backend, device type).
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    fn upload_tensor(
+        device: &wgpu::Device,
+        limits: &wgpu::Limits,
+        file: &GgufFile,
+        name: &str,
+        cols: usize,
+        rows: usize,
+    ) -> Result<GpuTensor, GpuError> {
+        let (ty, range) = check_dims(file, name, cols, rows)?;
+        if !SUPPORTED.contains(&ty) {
+            return Err(GpuError::Unsupported {
+                name: name.to_owned(),
+                ty,
+            });
+        }
+        // The kernels expand 32 values at a time.
+        if !cols.is_multiple_of(32) {
+            return Err(ModelError::Shape(format!(
+                "{name}: row length {cols} is not a multiple of 32"
+            ))
+            .into());
+        }
+        let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
+        let limit = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+        // Whole rows per buffer, rounded down to whole words of padding slack.
+        let per = ((limit - 4) / row_bytes as u64) as usize;
+        if per == 0 {
+            return Err(GpuError::TooLarge {
+                what: format!("a row of {name}"),
+                needed: row_bytes as u64,
+                limit,
+            });
+        }
+        let bytes = &file.bytes()[range];
+        let mut chunks = Vec::new();
+        let mut row0 = 0;
+        while row0 < rows {
+            let n = per.min(rows - row0);
+            let data = padded(&bytes[row0 * row_bytes..(row0 + n) * row_bytes]);
+            let buf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(name),
+                contents: &data,
+                usage: wgpu::BufferUsages::STORAGE,
+            });
+            chunks.push(Chunk { buf, row0, rows: n });
+            row0 += n;
+        }
+        Ok(GpuTensor {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            chunks,
+        })
+    }
+
+    /// A norm's gains, expanded to f32 (they are tiny).
+    fn upload_vector(
+        device: &wgpu::Device,
+        file: &GgufFile,
+        name: &str,
+        n: usize,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        let (ty, range) = check_dims(file, name, n, 1)?;
+        let mut v = vec![0f32; n];
+        quant::dequantize_row(ty, &file.bytes()[range], &mut v).map_err(ModelError::from)?;
+        Ok(
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(name),
+                contents: &f32_bytes(&v),
+                usage: wgpu::BufferUsages::STORAGE,
+            }),
+        )
+    }
+
+    /// An empty KV cache for one sequence; it takes device memory at its first step.
+    pub fn new_cache(&self) -> GpuCache {
+        GpuCache::default()
+    }
+
+    /// Advances each sequence of `batch` by its new tokens (blocking); see
+    /// [`GpuModel::forward_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward(&self, batch: &mut [GpuSeqInput<'_>]) -> Result<Vec<SeqOutput>, GpuError> {
+        pollster::block_on(self.forward_async(batch))
+    }
+
+    /// Advances each sequence of `batch` by its new tokens in one submission; returns,
+    /// per sequence, the logits it asked for and the activations it captured (as
+    /// [`crate::model::Model::forward`]).
+    pub async fn forward_async(
+        &self,
+        batch: &mut [GpuSeqInput<'_>],
+    ) -> Result<Vec<SeqOutput>, GpuError> {
+        self.check_lost()?;
+        let c = &self.config;
+        let (d, kv) = (c.d_model, c.kv_dim());
+        let mut spans = Vec::with_capacity(batch.len());
+        let mut total = 0usize;
+        for s in batch.iter() {
+            let end = s.cache.len + s.tokens.len();
+            if end > c.context {
+                return Err(ModelError::ContextFull(end, c.context).into());
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= c.vocab) {
+                return Err(ModelError::TokenOutOfRange(bad).into());
+            }
+            for a in s.steering {
+                if a.layer >= c.n_layers || a.vector.len() != d {
+                    return Err(ModelError::Shape(format!(
+                        "steering vector of {} values for layer {}",
+                        a.vector.len(),
+                        a.layer
+                    ))
+                    .into());
+                }
+            }
+            spans.push(total..total + s.tokens.len());
+            total += s.tokens.len();
+        }
+        let mut outputs: Vec<SeqOutput> = batch.iter().map(|_| SeqOutput::default()).collect();
+        if total == 0 {
+            return Ok(outputs);
+        }
+        if total > MAX_GROUPS as usize {
+            return Err(GpuError::TooLarge {
+                what: format!("a step of {total} tokens"),
+                needed: total as u64,
+                limit: u64::from(MAX_GROUPS),
+            });
+        }
+        // Every cache's growth is checked before any is replaced, so that a refused
+        // step leaves all of them as they were.
+        let mut grown = Vec::with_capacity(batch.len());
+        for s in batch.iter() {
+            grown.push(self.grown_capacity(s.cache, s.cache.len + s.tokens.len())?);
+        }
+        let score_floats = batch
+            .iter()
+            .map(|s| s.tokens.len() * c.n_heads * (s.cache.len + s.tokens.len()))
+            .max()
+            .unwrap_or(0);
+        let largest = [
+            total * c.ffn.max(d),
+            score_floats,
+            batch.iter().map(logit_count).sum::<usize>() * c.vocab,
+        ];
+        let limit = self.limits.max_storage_buffer_binding_size;
+        if let Some(&n) = largest.iter().find(|&&n| (n * 4) as u64 > limit) {
+            return Err(GpuError::TooLarge {
+                what: format!("a step of {total} tokens"),
+                needed: (n * 4) as u64,
+                limit,
+            });
+        }
+        let scopes = ErrorScopes::push(&self.device);
+        let mut rec = Recorder::new(&self.device, &self.limits);
+        for (s, cap) in batch.iter_mut().zip(grown) {
+            if let Some(cap) = cap {
+                self.grow(s.cache, cap, &mut rec);
+            }
+        }
+
+        // Inputs of the step: tokens, RoPE angles, steering vectors.
+        let tokens: Vec<u8> = batch
+            .iter()
+            .flat_map(|s| s.tokens.iter().flat_map(|t| t.to_le_bytes()))
+            .collect();
+        let tok_buf = rec.upload("tokens", &tokens);
+        let pairs = c.rope_dims / 2;
+        let mut angles = Vec::with_capacity(total * pairs * 2);
+        for s in batch.iter() {
+            for i in 0..s.tokens.len() {
+                let pos = (s.cache.len + i) as f32;
+                for &f in &self.rope_inv_freq {
+                    let (sin, cos) = (pos * f).sin_cos();
+                    angles.extend([cos, sin]);
+                }
+            }
+        }
+        let rope_buf = rec.upload("rope", &f32_bytes(&angles));
+        let mut steer = Vec::new();
+        // (layer, sequence, offset of its vector in `steer`)
+        let mut steer_at = Vec::new();
+        for (si, s) in batch.iter().enumerate() {
+            for a in s.steering {
+                steer_at.push((a.layer, si, steer.len()));
+                steer.extend_from_slice(&a.vector);
+            }
+        }
+        let steer_buf = rec.upload("steering", &f32_bytes(&steer));
+
+        // Results to read back: captures first, then logits.
+        let mut capture_at = Vec::new();
+        let mut readback_floats = 0usize;
+        for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
+            for &l in s.capture.iter().filter(|&&l| l < c.n_layers) {
+                capture_at.push((l, si, readback_floats));
+                readback_floats += span.len() * d;
+            }
+        }
+        let logits_at = readback_floats;
+        let mut logit_rows = Vec::new();
+        for (s, span) in batch.iter().zip(&spans) {
+            logit_rows.extend(span.end - logit_count(s)..span.end);
+        }
+        readback_floats += logit_rows.len() * c.vocab;
+
+        let t = total;
+        let x = rec.scratch("x", t * d);
+        let xn = rec.scratch("xn", t * d);
+        let xq = rec.scratch("xq", t * c.ffn.max(d));
+        let q = rec.scratch("q", t * d);
+        let k = rec.scratch("k", t * kv);
+        let v = rec.scratch("v", t * kv);
+        let attn = rec.scratch("attn", t * d);
+        let proj = rec.scratch("proj", t * d);
+        let gate = rec.scratch("gate", t * c.ffn);
+        let up = rec.scratch("up", t * c.ffn);
+        let scores = rec.scratch("scores", score_floats);
+
+        for ch in &self.embed.chunks {
+            let p = [
+                ch.row0 as u32,
+                ch.rows as u32,
+                t as u32,
+                d as u32,
+                self.embed.row_bytes as u32,
+            ];
+            let groups = ((d as u32 / 32).div_ceil(WG), t as u32, 1);
+            rec.dispatch(
+                &self.pipes.embed,
+                [whole(&ch.buf), whole(&tok_buf), whole(&x)],
+                &p,
+                groups,
+            );
+        }
+
+        for (l, b) in self.blocks.iter().enumerate() {
+            self.rms_norm(&mut rec, &x, &b.attn_norm, &xn, t);
+            let mut quantized = false;
+            for (w, out) in [(&b.wq, &q), (&b.wk, &k), (&b.wv, &v)] {
+                self.matmul(&mut rec, w, &xn, &xq, &mut quantized, out, t);
+            }
+            self.rope(&mut rec, &q, &rope_buf, t, d);
+            self.rope(&mut rec, &k, &rope_buf, t, kv);
+            for (s, span) in batch.iter().zip(&spans) {
+                self.attend(&mut rec, l, s, span, [&q, &k, &v, &scores, &attn]);
+            }
+            self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, &proj, t);
+            self.add(&mut rec, &x, 0, &proj, 0, t * d, t * d);
+
+            self.rms_norm(&mut rec, &x, &b.ffn_norm, &xn, t);
+            let mut quantized = false;
+            self.matmul(&mut rec, &b.gate, &xn, &xq, &mut quantized, &gate, t);
+            self.matmul(&mut rec, &b.up, &xn, &xq, &mut quantized, &up, t);
+            let n = (t * c.ffn) as u32;
+            rec.dispatch(
+                &self.pipes.swiglu,
+                [whole(&gate), whole(&up)],
+                &[n],
+                groups_1d(n),
+            );
+            self.matmul(&mut rec, &b.down, &gate, &xq, &mut false, &proj, t);
+            self.add(&mut rec, &x, 0, &proj, 0, t * d, t * d);
+
+            for &(_, si, at) in steer_at.iter().filter(|e| e.0 == l) {
+                let span = &spans[si];
+                self.add(
+                    &mut rec,
+                    &x,
+                    span.start * d,
+                    &steer_buf,
+                    at,
+                    span.len() * d,
+                    d,
+                );
+            }
+            for &(_, si, at) in capture_at.iter().filter(|e| e.0 == l) {
+                let span = &spans[si];
+                rec.copy(&x, span.start * d, Dest::Readback(at), span.len() * d);
+            }
+        }
+
+        if !logit_rows.is_empty() {
+            let r = logit_rows.len();
+            let h = rec.scratch("h", r * d);
+            let hn = rec.scratch("hn", r * d);
+            let logits = rec.scratch("logits", r * c.vocab);
+            for (i, &row) in logit_rows.iter().enumerate() {
+                rec.copy(&x, row * d, Dest::Buffer(&h, i * d), d);
+            }
+            self.rms_norm(&mut rec, &h, &self.out_norm, &hn, r);
+            let out = self.output.as_ref().unwrap_or(&self.embed);
+            self.matmul(&mut rec, out, &hn, &xq, &mut false, &logits, r);
+            rec.copy(&logits, 0, Dest::Readback(logits_at), r * c.vocab);
+        }
+
+        let data = rec.finish(&self.queue, readback_floats).await;
+        scopes.pop().await?;
+        self.check_lost()?;
+        let data = data?;
+        for s in batch.iter_mut() {
+            s.cache.len += s.tokens.len();
+        }
+        for &(l, si, at) in &capture_at {
+            let n = spans[si].len() * d;
+            outputs[si].captured.push((l, data[at..at + n].to_vec()));
+        }
+        let mut at = logits_at;
+        for (s, out) in batch.iter().zip(&mut outputs) {
+            let n = logit_count(s) * c.vocab;
+            out.logits = data[at..at + n].to_vec();
+            at += n;
+        }
+        Ok(outputs)
+    }
+
+    fn check_lost(&self) -> Result<(), GpuError> {
+        match self.lost.lock() {
+            Ok(l) => match &*l {
+                Some(why) => Err(GpuError::DeviceLost(why.clone())),
+                None => Ok(()),
+            },
+            Err(_) => Err(GpuError::DeviceLost("lost-device state poisoned".into())),
+        }
+    }
+
+    /// The capacity `cache` must grow to for `need` positions (`None`: it has room),
+    /// checked against the device's limits.
+    fn grown_capacity(&self, cache: &GpuCache, need: usize) -> Result<Option<usize>, GpuError> {
+        if need <= cache.cap {
+            return Ok(None);
+        }
+        let c = &self.config;
+        let ctx = c.context.next_multiple_of(CACHE_STEP);
+        let cap = need
+            .max(2 * cache.cap)
+            .next_multiple_of(CACHE_STEP)
+            .min(ctx);
+        let layer_bytes = (cap * c.kv_dim() * 4) as u64;
+        let total = layer_bytes * c.n_layers as u64;
+        let limit = self.limits.max_storage_buffer_binding_size;
+        if layer_bytes > limit || total > self.limits.max_buffer_size {
+            return Err(GpuError::TooLarge {
+                what: format!("a KV cache of {cap} positions"),
+                needed: total,
+                limit: self.limits.max_buffer_size.min(limit * c.n_layers as u64),
+            });
+        }
+        Ok(Some(cap))
+    }
+
+    /// Gives `cache` room for `cap` positions, copying what it holds into the larger
+    /// buffers as the step's first commands.
+    fn grow(&self, cache: &mut GpuCache, cap: usize, rec: &mut Recorder<'_>) {
+        let c = &self.config;
+        let layer_bytes = (cap * c.kv_dim() * 4) as u64;
+        let make = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: layer_bytes * c.n_layers as u64,
+                usage: STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (nk, nv) = (make("kv cache k"), make("kv cache v"));
+        if let Some((ok, ov)) = &cache.kv {
+            let used = (cache.len * c.kv_dim() * 4) as u64;
+            if used > 0 {
+                for l in 0..c.n_layers as u64 {
+                    for (old, new) in [(ok, &nk), (ov, &nv)] {
+                        rec.ops.push(Op::Copy {
+                            src: old.clone(),
+                            src_off: l * cache.layer_bytes,
+                            dst: new.clone(),
+                            dst_off: l * layer_bytes,
+                            size: used,
+                        });
+                    }
+                }
+            }
+        }
+        cache.kv = Some((nk, nv));
+        cache.cap = cap;
+        cache.layer_bytes = layer_bytes;
+    }
+
+    fn rms_norm(
+        &self,
+        rec: &mut Recorder<'_>,
+        x: &wgpu::Buffer,
+        g: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        rows: usize,
+    ) {
+        let c = &self.config;
+        rec.dispatch(
+            &self.pipes.rms_norm,
+            [whole(x), whole(g), whole(out)],
+            &[c.d_model as u32, c.rms_eps.to_bits()],
+            (rows as u32, 1, 1),
+        );
+    }
+
+    /// `out = W · input` for `batch` vectors; block formats read `input` rounded to
+    /// 8 bits, into `xq` unless `quantized` says an earlier matmul already did.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        rec: &mut Recorder<'_>,
+        w: &GpuTensor,
+        input: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        quantized: &mut bool,
+        out: &wgpu::Buffer,
+        batch: usize,
+    ) {
+        let x = if w.ty.uses_q8_activations() {
+            if !*quantized {
+                let n_blocks = (batch * w.cols / 32) as u32;
+                rec.dispatch(
+                    &self.pipes.quantize,
+                    [whole(input), whole(xq)],
+                    &[n_blocks],
+                    groups_1d(n_blocks),
+                );
+                *quantized = true;
+            }
+            xq
+        } else {
+            input
+        };
+        let pipe = &self.pipes.matmul[&w.ty];
+        for ch in &w.chunks {
+            let p = [
+                ch.rows as u32,
+                ch.row0 as u32,
+                w.rows as u32,
+                w.cols as u32,
+                batch as u32,
+                w.row_bytes as u32,
+            ];
+            let groups = (
+                (ch.rows as u32).div_ceil(WG),
+                (batch as u32).div_ceil(TILE),
+                1,
+            );
+            rec.dispatch(pipe, [whole(&ch.buf), whole(x), whole(out)], &p, groups);
+        }
+    }
+
+    fn rope(
+        &self,
+        rec: &mut Recorder<'_>,
+        x: &wgpu::Buffer,
+        angles: &wgpu::Buffer,
+        rows: usize,
+        width: usize,
+    ) {
+        let c = &self.config;
+        let pairs = c.rope_dims / 2;
+        let n = (rows * (width / c.head_dim) * pairs) as u32;
+        if n == 0 {
+            return;
+        }
+        let p = [rows as u32, width as u32, c.head_dim as u32, pairs as u32];
+        rec.dispatch(
+            &self.pipes.rope,
+            [whole(x), whole(angles)],
+            &p,
+            groups_1d(n),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &self,
+        rec: &mut Recorder<'_>,
+        x: &wgpu::Buffer,
+        x_off: usize,
+        y: &wgpu::Buffer,
+        y_off: usize,
+        n: usize,
+        period: usize,
+    ) {
+        let p = [n as u32, x_off as u32, y_off as u32, period as u32];
+        rec.dispatch(
+            &self.pipes.add,
+            [whole(x), whole(y)],
+            &p,
+            groups_1d(n as u32),
+        );
+    }
+
+    /// Appends one sequence's new keys and values to its cache and attends its new
+    /// rows over the cache. `bufs` = q, k, v, scores, output.
+    fn attend(
+        &self,
+        rec: &mut Recorder<'_>,
+        layer: usize,
+        s: &GpuSeqInput<'_>,
+        span: &Range<usize>,
+        bufs: [&wgpu::Buffer; 5],
+    ) {
+        if span.is_empty() {
+            return;
+        }
+        let [q, k, v, scores, out] = bufs;
+        let c = &self.config;
+        let kv = c.kv_dim();
+        let cache = &*s.cache;
+        let Some((ck, cv)) = &cache.kv else {
+            return;
+        };
+        let base = layer as u64 * cache.layer_bytes;
+        for (src, dst) in [(k, ck), (v, cv)] {
+            rec.ops.push(Op::Copy {
+                src: src.clone(),
+                src_off: (span.start * kv * 4) as u64,
+                dst: dst.clone(),
+                dst_off: base + (cache.len * kv * 4) as u64,
+                size: (span.len() * kv * 4) as u64,
+            });
+        }
+        let slice = |b: &wgpu::Buffer| Binding {
+            buf: b.clone(),
+            offset: base,
+            size: Some(cache.layer_bytes),
+        };
+        let p = [
+            span.start as u32,
+            cache.len as u32,
+            c.n_heads as u32,
+            (c.n_heads / c.n_kv_heads) as u32,
+            c.head_dim as u32,
+            c.d_model as u32,
+            kv as u32,
+            (cache.len + span.len()) as u32,
+            (1.0 / (c.head_dim as f32).sqrt()).to_bits(),
+        ];
+        rec.dispatch(
+            &self.pipes.attention,
+            [whole(q), slice(ck), slice(cv), whole(scores), whole(out)],
+            &p,
+            (span.len() as u32, c.n_heads as u32, 1),
+        );
+    }
+}
+
+impl Pipelines {
+    fn new(device: &wgpu::Device, formats: &[GgmlType], embed_ty: GgmlType) -> Pipelines {
+        let make = |label: &str, src: &str| {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let with_format = |ty: GgmlType, src: &str| {
+            format!(
+                "const FORMAT: u32 = {}u;\n{}\n{}",
+                ty.id(),
+                include_str!("dequant.wgsl"),
+                src
+            )
+        };
+        Pipelines {
+            matmul: formats
+                .iter()
+                .map(|&ty| {
+                    (
+                        ty,
+                        make("matmul", &with_format(ty, include_str!("matmul.wgsl"))),
+                    )
+                })
+                .collect(),
+            embed: make("embed", &with_format(embed_ty, include_str!("embed.wgsl"))),
+            rms_norm: make("rms_norm", include_str!("rms_norm.wgsl")),
+            quantize: make("quantize", include_str!("quantize.wgsl")),
+            rope: make("rope", include_str!("rope.wgsl")),
+            swiglu: make("swiglu", include_str!("swiglu.wgsl")),
+            add: make("add", include_str!("add.wgsl")),
+            attention: make("attention", include_str!("attention.wgsl")),
+        }
+    }
+}
+
+/// How many of a sequence's new positions want logits (a sequence without new
+/// tokens has no last position).
+fn logit_count(s: &GpuSeqInput<'_>) -> usize {
+    match s.logits {
+        Logits::None => 0,
+        Logits::Last => usize::from(!s.tokens.is_empty()),
+        Logits::All => s.tokens.len(),
+    }
+}
+
+/// Workgroups for `n` threads of a 1-D kernel, folded into two dimensions when one
+/// would exceed the per-dimension limit (the kernels unfold them with num_workgroups).
+fn groups_1d(n: u32) -> (u32, u32, u32) {
+    let g = n.div_ceil(WG).max(1);
+    (g.min(MAX_GROUPS), g.div_ceil(MAX_GROUPS), 1)
+}
+
+/// A buffer range bound to a kernel.
+#[derive(Debug)]
+struct Binding {
+    buf: wgpu::Buffer,
+    offset: u64,
+    size: Option<u64>,
+}
+
+fn whole(b: &wgpu::Buffer) -> Binding {
+    Binding {
+        buf: b.clone(),
+        offset: 0,
+        size: None,
+    }
+}
+
+/// Where a recorded copy goes.
+#[derive(Debug)]
+enum Dest<'b> {
+    /// A device buffer, at a float offset.
+    Buffer(&'b wgpu::Buffer, usize),
+    /// The step's read-back buffer, at a float offset.
+    Readback(usize),
+}
+
+#[derive(Debug)]
+enum Op {
+    Dispatch {
+        pipe: wgpu::ComputePipeline,
+        bindings: Vec<Binding>,
+        /// Offset of its parameters in the uniform buffer.
+        params: u64,
+        groups: (u32, u32, u32),
+    },
+    Copy {
+        src: wgpu::Buffer,
+        src_off: u64,
+        dst: wgpu::Buffer,
+        dst_off: u64,
+        size: u64,
+    },
+    /// A copy into the read-back buffer (which exists only once the step is known).
+    Readback {
+        src: wgpu::Buffer,
+        src_off: u64,
+        dst_off: u64,
+        size: u64,
+    },
+}
+
+/// One step's commands, collected first so that all kernel parameters go up in one
+/// uniform buffer and the whole step in one submission.
+#[derive(Debug)]
+struct Recorder<'d> {
+    device: &'d wgpu::Device,
+    ops: Vec<Op>,
+    params: Vec<u8>,
+    align: u64,
+}
+
+impl<'d> Recorder<'d> {
+    fn new(device: &'d wgpu::Device, limits: &wgpu::Limits) -> Self {
+        Recorder {
+            device,
+            ops: Vec::new(),
+            params: Vec::new(),
+            align: u64::from(limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES),
+        }
+    }
+
+    /// A device buffer of `floats` f32s (at least one word: WebGPU binds no empty ones).
+    fn scratch(&self, label: &str, floats: usize) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (floats.max(1) * 4) as u64,
+            usage: STORAGE,
+            mapped_at_creation: false,
+        })
+    }
+
+    fn upload(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: &padded(bytes),
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+    }
+
+    fn dispatch<const N: usize>(
+        &mut self,
+        pipe: &wgpu::ComputePipeline,
+        bindings: [Binding; N],
+        params: &[u32],
+        groups: (u32, u32, u32),
+    ) {
+        debug_assert!(params.len() * 4 <= PARAM_BYTES as usize);
+        let at = self.params.len() as u64;
+        self.params
+            .extend(params.iter().flat_map(|p| p.to_le_bytes()));
+        self.params.resize((at + self.align) as usize, 0);
+        self.ops.push(Op::Dispatch {
+            pipe: pipe.clone(),
+            bindings: bindings.into(),
+            params: at,
+            groups,
+        });
+    }
+
+    /// Copies `floats` f32s from `src` at float offset `src_at`.
+    fn copy(&mut self, src: &wgpu::Buffer, src_at: usize, dst: Dest<'_>, floats: usize) {
+        let (src_off, size) = ((src_at * 4) as u64, (floats * 4) as u64);
+        self.ops.push(match dst {
+            Dest::Buffer(dst, at) => Op::Copy {
+                src: src.clone(),
+                src_off,
+                dst: dst.clone(),
+                dst_off: (at * 4) as u64,
+                size,
+            },
+            Dest::Readback(at) => Op::Readback {
+                src: src.clone(),
+                src_off,
+                dst_off: (at * 4) as u64,
+                size,
+            },
+        });
+    }
+
+    /// Encodes and submits the step, then reads back `readback_floats` f32s.
+    async fn finish(
+        self,
+        queue: &wgpu::Queue,
+        readback_floats: usize,
+    ) -> Result<Vec<f32>, GpuError> {
+        let device = self.device;
+        let uniforms = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: &padded(&self.params),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: (readback_floats.max(1) * 4) as u64,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let groups: Vec<Option<wgpu::BindGroup>> = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Dispatch {
+                    pipe,
+                    bindings,
+                    params,
+                    ..
+                } => {
+                    let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| wgpu::BindGroupEntry {
+                            binding: i as u32,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &b.buf,
+                                offset: b.offset,
+                                size: b.size.and_then(wgpu::BufferSize::new),
+                            }),
+                        })
+                        .collect();
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: bindings.len() as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &uniforms,
+                            offset: *params,
+                            size: wgpu::BufferSize::new(PARAM_BYTES),
+                        }),
+                    });
+                    Some(device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &pipe.get_bind_group_layout(0),
+                        entries: &entries,
+                    }))
+                }
+                _ => None,
+            })
+            .collect();
+
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("step"),
+        });
+        let mut i = 0;
+        while i < self.ops.len() {
+            match &self.ops[i] {
+                Op::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    size,
+                } => {
+                    enc.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
+                    i += 1;
+                }
+                Op::Readback {
+                    src,
+                    src_off,
+                    dst_off,
+                    size,
+                } => {
+                    enc.copy_buffer_to_buffer(src, *src_off, &readback, *dst_off, *size);
+                    i += 1;
+                }
+                Op::Dispatch { .. } => {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    while let Some(Op::Dispatch {
+                        pipe, groups: g, ..
+                    }) = self.ops.get(i)
+                    {
+                        pass.set_pipeline(pipe);
+                        pass.set_bind_group(0, groups[i].as_ref(), &[]);
+                        pass.dispatch_workgroups(g.0, g.1, g.2);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        queue.submit([enc.finish()]);
+        if readback_floats == 0 {
+            return Ok(Vec::new());
+        }
+        let mapped = map_read(device, &readback).await;
+        mapped?;
+        let view = readback
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let out = view[..readback_floats * 4]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        drop(view);
+        readback.unmap();
+        Ok(out)
+    }
+}
+
+/// Maps `buf` for reading: natively by waiting on the device, in the browser by
+/// awaiting the map callback.
+async fn map_read(device: &wgpu::Device, buf: &wgpu::Buffer) -> Result<(), GpuError> {
+    #[derive(Default)]
+    struct State {
+        done: Option<Result<(), wgpu::BufferAsyncError>>,
+        waker: Option<Waker>,
+    }
+    let state = Arc::new(Mutex::new(State::default()));
+    let cb_state = Arc::clone(&state);
+    buf.map_async(wgpu::MapMode::Read, .., move |r| {
+        if let Ok(mut s) = cb_state.lock() {
+            s.done = Some(r);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    });
+    // On the web this returns at once and the callback comes from the event loop.
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+    std::future::poll_fn(|cx| match state.lock() {
+        Ok(mut s) => match s.done.take() {
+            Some(r) => Poll::Ready(r.map_err(|e| GpuError::Readback(e.to_string()))),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        },
+        Err(_) => Poll::Ready(Err(GpuError::Readback("map state poisoned".into()))),
+    })
+    .await
+}
+
+/// Error scopes around a load or a step, so that an out-of-memory or a rejected
+/// command becomes a [`GpuError`] instead of wgpu's default panic.
+///
+/// The fields drop in declaration order, which pops the scopes innermost first when a
+/// step returns early.
+struct ErrorScopes {
+    internal: wgpu::ErrorScopeGuard,
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+}
+
+impl std::fmt::Debug for ErrorScopes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ErrorScopes")
+    }
+}
+
+impl ErrorScopes {
+    fn push(device: &wgpu::Device) -> Self {
+        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+        ErrorScopes {
+            internal,
+            validation,
+            oom,
+        }
+    }
+
+    /// Pops the scopes (innermost first) and reports the first error caught.
+    fn pop(self) -> impl Future<Output = Result<(), GpuError>> {
+        let internal = self.internal.pop();
+        let validation = self.validation.pop();
+        let oom = self.oom.pop();
+        async move {
+            if let Some(e) = oom.await {
+                return Err(GpuError::OutOfMemory(e.to_string()));
+            }
+            if let Some(e) = validation.await {
+                return Err(GpuError::Validation(e.to_string()));
+            }
+            if let Some(e) = internal.await {
+                return Err(GpuError::Validation(e.to_string()));
+            }
+            Ok(())
+        }
+    }
+}

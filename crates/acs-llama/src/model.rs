@@ -12,7 +12,9 @@
 use std::sync::Arc;
 
 use crate::gguf::{GgufError, GgufFile, Metadata, TensorInfo};
-use crate::quant::{self, GgmlType, QuantError};
+use crate::quant::{
+    self, F32Ops, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations,
+};
 use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerSpec};
 
 /// Why a model could not be loaded or run.
@@ -155,6 +157,8 @@ pub struct Tensor {
     file: Arc<GgufFile>,
     start: usize,
     len: usize,
+    /// The weights rearranged for this CPU's fastest kernel, where it has one.
+    packed: Option<Arc<PackedMatrix>>,
 }
 
 impl Tensor {
@@ -163,9 +167,16 @@ impl Tensor {
         &self.file.bytes()[self.start..self.start + self.len]
     }
 
-    /// `out[b * rows + r] = W[r] · xs[b]` for a batch of vectors laid end to end.
-    fn matmul(&self, xs: &[f32], out: &mut [f32]) -> Result<(), QuantError> {
-        quant::matmul(self.ty, self.bytes(), self.rows, self.cols, xs, out)
+    /// This matrix as one job of a [`quant::matmul_many`] call writing into `out`
+    /// (`out[b * rows + r] = W[r] · xs[b]`).
+    fn job<'a>(&'a self, out: &'a mut [f32]) -> MatJob<'a> {
+        MatJob {
+            ty: self.ty,
+            weights: self.bytes(),
+            packed: self.packed.as_deref(),
+            n_rows: self.rows,
+            out,
+        }
     }
 
     /// Row `r` as f32 (embedding lookups).
@@ -228,6 +239,7 @@ fn tensor(
         file: Arc::clone(file),
         start,
         len: data.len(),
+        packed: PackedMatrix::new(info.ty, data, rows, cols).map(Arc::new),
     })
 }
 
@@ -375,12 +387,30 @@ impl Model {
                 self.embed.row(t as usize, row)?;
             }
         }
-        // Positions of each row, for RoPE and the causal mask.
+        // Position and sequence of each row, for RoPE and the causal mask.
         let positions: Vec<usize> = batch
             .iter()
             .flat_map(|s| (0..s.tokens.len()).map(move |i| s.cache.len + i))
             .collect();
+        let mut owner = vec![0usize; total];
+        for (si, span) in spans.iter().enumerate() {
+            owner[span.clone()].fill(si);
+        }
+        // RoPE's (cos, sin) per row and rotated pair, once per step rather than per
+        // layer and head.
+        let angles: Vec<(f32, f32)> = positions
+            .iter()
+            .flat_map(|&pos| {
+                self.rope_inv_freq.iter().map(move |&f| {
+                    let (sin, cos) = (pos as f32 * f).sin_cos();
+                    (cos, sin)
+                })
+            })
+            .collect();
+        let n_pairs = self.rope_inv_freq.len();
 
+        // Scratch for the whole step: every layer reuses the same buffers, and `qx`
+        // holds each matmul input rounded to 8 bits once for all the matrices it feeds.
         let kv = c.kv_dim();
         let mut xn = vec![0f32; total * d];
         let mut q = vec![0f32; total * d];
@@ -390,32 +420,40 @@ impl Model {
         let mut proj = vec![0f32; total * d];
         let mut gate = vec![0f32; total * c.ffn];
         let mut up = vec![0f32; total * c.ffn];
+        let mut qx = QuantizedActivations::default();
 
         for (l, b) in self.blocks.iter().enumerate() {
             rms_norm(&x, &b.attn_norm, c.rms_eps, &mut xn);
-            b.wq.matmul(&xn, &mut q)?;
-            b.wk.matmul(&xn, &mut k)?;
-            b.wv.matmul(&xn, &mut v)?;
-            for (r, &pos) in positions.iter().enumerate() {
-                self.rope(&mut q[r * d..(r + 1) * d], pos);
-                self.rope(&mut k[r * kv..(r + 1) * kv], pos);
+            quant::matmul_many(
+                &mut [b.wq.job(&mut q), b.wk.job(&mut k), b.wv.job(&mut v)],
+                d,
+                &xn,
+                &mut qx,
+            )?;
+            for (r, rot) in angles.chunks_exact(n_pairs.max(1)).enumerate() {
+                self.rope(&mut q[r * d..(r + 1) * d], rot);
+                self.rope(&mut k[r * kv..(r + 1) * kv], rot);
             }
             for (s, span) in batch.iter_mut().zip(&spans) {
                 s.cache.k[l].extend_from_slice(&k[span.start * kv..span.end * kv]);
                 s.cache.v[l].extend_from_slice(&v[span.start * kv..span.end * kv]);
             }
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
-            self.attention(l, &q, &caches, &spans, &positions, &mut attn);
-            b.wo.matmul(&attn, &mut proj)?;
+            self.attention(l, &q, &caches, &owner, &positions, &mut attn);
+            quant::matmul_many(&mut [b.wo.job(&mut proj)], d, &attn, &mut qx)?;
             add(&mut x, &proj);
 
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
-            b.gate.matmul(&xn, &mut gate)?;
-            b.up.matmul(&xn, &mut up)?;
+            quant::matmul_many(
+                &mut [b.gate.job(&mut gate), b.up.job(&mut up)],
+                d,
+                &xn,
+                &mut qx,
+            )?;
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = silu(*g) * u;
             }
-            b.down.matmul(&gate, &mut proj)?;
+            quant::matmul_many(&mut [b.down.job(&mut proj)], c.ffn, &gate, &mut qx)?;
             add(&mut x, &proj);
 
             for ((s, span), out) in batch.iter().zip(&spans).zip(&mut outputs) {
@@ -452,7 +490,7 @@ impl Model {
             let mut hn = vec![0f32; h.len()];
             rms_norm(&h, &self.out_norm, c.rms_eps, &mut hn);
             let mut logits = vec![0f32; rows.len() * c.vocab];
-            self.output.matmul(&hn, &mut logits)?;
+            quant::matmul_many(&mut [self.output.job(&mut logits)], d, &hn, &mut qx)?;
             let mut chunks = logits.chunks_exact(c.vocab);
             for (s, out) in batch.iter().zip(&mut outputs) {
                 let n = match s.logits {
@@ -470,12 +508,10 @@ impl Model {
     }
 
     /// Rotates each head of `x` (pairs of adjacent values, ggml's "normal" mode that
-    /// llama GGUFs are converted for) by the angles of position `pos`.
-    fn rope(&self, x: &mut [f32], pos: usize) {
-        let hd = self.config.head_dim;
-        for head in x.chunks_exact_mut(hd) {
-            for (pair, &f) in head.chunks_exact_mut(2).zip(&self.rope_inv_freq) {
-                let (sin, cos) = (pos as f32 * f).sin_cos();
+    /// llama GGUFs are converted for) by its position's angles `rot` (cos, sin).
+    fn rope(&self, x: &mut [f32], rot: &[(f32, f32)]) {
+        for head in x.chunks_exact_mut(self.config.head_dim) {
+            for (pair, &(cos, sin)) in head.chunks_exact_mut(2).zip(rot) {
                 let (a, b) = (pair[0], pair[1]);
                 pair[0] = a * cos - b * sin;
                 pair[1] = a * sin + b * cos;
@@ -483,71 +519,58 @@ impl Model {
         }
     }
 
-    /// Causal grouped-query attention of every new row against its sequence's cache.
+    /// Causal grouped-query attention of every new row against its sequence's cache,
+    /// one task per (row, head) so that a single decoding sequence still uses every
+    /// core.
     fn attention(
         &self,
         layer: usize,
         q: &[f32],
         caches: &[&KvCache],
-        spans: &[std::ops::Range<usize>],
+        owner: &[usize],
         positions: &[usize],
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, hd, kv) = (c.d_model, c.head_dim, c.kv_dim());
+        let (d, hd, kv, nh) = (c.d_model, c.head_dim, c.kv_dim(), c.n_heads);
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        // Which sequence each row belongs to.
-        let mut owner = vec![0usize; positions.len()];
-        for (si, span) in spans.iter().enumerate() {
-            owner[span.clone()].fill(si);
-        }
-        let work = |(r, dst): (usize, &mut [f32])| {
+        let ops = F32Ops::detect();
+        let work = |scores: &mut Vec<f32>, (i, oh): (usize, &mut [f32])| {
+            let (r, h) = (i / nh, i % nh);
             let cache = caches[owner[r]];
             let (keys, values) = (&cache.k[layer], &cache.v[layer]);
-            let n = positions[r] + 1;
-            let mut scores = vec![0f32; n];
-            for h in 0..c.n_heads {
-                let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
-                let kvh = (h / group) * hd;
-                let mut max = f32::NEG_INFINITY;
-                for (t, s) in scores.iter_mut().enumerate() {
-                    let kt = &keys[t * kv + kvh..t * kv + kvh + hd];
-                    *s = dot(qh, kt) * scale;
-                    max = max.max(*s);
-                }
-                let mut sum = 0.0;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let oh = &mut dst[h * hd..(h + 1) * hd];
-                oh.fill(0.0);
-                for (t, &s) in scores.iter().enumerate() {
-                    let w = s / sum;
-                    let vt = &values[t * kv + kvh..t * kv + kvh + hd];
-                    for (o, &vv) in oh.iter_mut().zip(vt) {
-                        *o += w * vv;
-                    }
-                }
+            let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
+            let kvh = (h / group) * hd;
+            scores.clear();
+            scores.resize(positions[r] + 1, 0.0);
+            ops.dots(qh, &keys[kvh..], kv, scores);
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)) * scale;
+            let mut sum = 0.0;
+            for s in scores.iter_mut() {
+                *s = (*s * scale - max).exp();
+                sum += *s;
             }
+            for s in scores.iter_mut() {
+                *s /= sum;
+            }
+            ops.weighted_sum(scores, &values[kvh..], kv, oh);
         };
-        par_rows(out, d, work);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            out.par_chunks_mut(hd)
+                .enumerate()
+                .for_each_init(Vec::new, work);
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let mut scores = Vec::new();
+            out.chunks_mut(hd)
+                .enumerate()
+                .for_each(|item| work(&mut scores, item));
+        }
     }
-}
-
-/// Runs `f` on each `width`-wide row of `out` with its index; in parallel natively.
-fn par_rows<F>(out: &mut [f32], width: usize, f: F)
-where
-    F: Fn((usize, &mut [f32])) + Sync + Send,
-{
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        out.par_chunks_mut(width).enumerate().for_each(f);
-    }
-    #[cfg(target_arch = "wasm32")]
-    out.chunks_mut(width).enumerate().for_each(f);
 }
 
 /// One sequence's keys and values for every layer so far.
@@ -635,10 +658,6 @@ fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 fn silu(x: f32) -> f32 {

@@ -382,7 +382,7 @@ fn dot_row_f32_unchecked(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
 /// offsets (Q4_0's −8, Q4_1's and the K-quants' mins, Q6_K's −32) with one scalar
 /// multiply per block instead of per value.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct BlockQ8 {
     qs: [i8; QK],
     d: f32,
@@ -391,50 +391,119 @@ struct BlockQ8 {
     s: f32,
 }
 
-impl BlockQ8 {}
+/// Activation vectors per group of the batched kernels: each weight block is unpacked
+/// once and dotted against this many vectors before the next block is loaded, which
+/// is what makes a prefill (or a batched decode) cheaper per token than one vector at
+/// a time. Eight keeps a tile's accumulators within the 16 AVX2 registers.
+const GROUP: usize = 8;
 
-/// An activation vector rounded once to 8-bit blocks of 32, to be dotted against many
-/// quantized weight rows ([`dot_row_q8`], [`matmul_q8`]).
+/// Activation vectors rounded once to 8-bit blocks of 32, to be dotted against many
+/// quantized weight rows ([`dot_row_q8`], [`matmul_q8`], [`matmul_many`]).
 #[derive(Debug, Clone, Default)]
 pub struct QuantizedActivations {
+    /// Values per vector (before padding to whole blocks).
     len: usize,
+    /// Vectors.
+    count: usize,
+    /// Blocks per vector.
+    nb: usize,
+    /// `count * nb` blocks, vector after vector.
     blocks: Vec<BlockQ8>,
+    /// Every block's `s` again, regrouped so that a kernel folds one weight block's
+    /// offset into a whole group of vectors with a single vector FMA: for each group
+    /// of [`GROUP`] consecutive vectors, for each block index, the group's `GROUP`
+    /// sums (zero past the last vector).
+    sums: Vec<f32>,
 }
 
 impl QuantizedActivations {
-    /// Number of activations (before padding to whole blocks).
+    /// Values per vector (before padding to whole blocks).
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the vector is empty.
+    /// Whether the vectors are empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Re-quantizes `x` into this buffer, reusing its allocation.
-    pub fn quantize_from(&mut self, x: &[f32]) {
-        self.len = x.len();
+    /// How many vectors are held.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Re-quantizes the vectors of `n_cols` values laid end to end in `xs` into this
+    /// buffer, reusing its allocations (the forward pass rounds each input once and
+    /// feeds it to several matrices).
+    pub fn quantize_from(&mut self, xs: &[f32], n_cols: usize) -> Result<(), QuantError> {
+        if n_cols == 0 || !xs.len().is_multiple_of(n_cols) {
+            return Err(QuantError::Length {
+                what: "activations",
+                expected: n_cols,
+                actual: xs.len(),
+            });
+        }
+        let nb = n_cols.div_ceil(QK);
+        let count = xs.len() / n_cols;
+        (self.len, self.count, self.nb) = (n_cols, count, nb);
         self.blocks.clear();
-        self.blocks.extend(x.chunks(QK).map(|c| {
-            let mut v = [0f32; QK];
-            v[..c.len()].copy_from_slice(c);
-            quantize_block_q8(&v)
-        }));
+        self.blocks.resize(count * nb, BlockQ8::default());
+        let isa = Isa::detect();
+        for (x, dst) in xs
+            .chunks_exact(n_cols)
+            .zip(self.blocks.chunks_exact_mut(nb))
+        {
+            for (c, b) in x.chunks(QK).zip(dst) {
+                let mut v = [0f32; QK];
+                v[..c.len()].copy_from_slice(c);
+                *b = quantize_block_q8(isa, &v);
+            }
+        }
+        self.sums.clear();
+        self.sums.resize(count.div_ceil(GROUP) * nb * GROUP, 0.0);
+        for (v, blocks) in self.blocks.chunks_exact(nb).enumerate() {
+            let base = (v / GROUP) * nb * GROUP + v % GROUP;
+            for (i, b) in blocks.iter().enumerate() {
+                self.sums[base + i * GROUP] = b.s;
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocks of vector `v`.
+    fn vector(&self, v: usize) -> &[BlockQ8] {
+        &self.blocks[v * self.nb..(v + 1) * self.nb]
+    }
+
+    /// The regrouped sums of the group that holds vector `v`.
+    #[cfg(target_arch = "x86_64")]
+    fn group_sums(&self, v: usize) -> &[f32] {
+        let at = (v / GROUP) * self.nb * GROUP;
+        &self.sums[at..at + self.nb * GROUP]
     }
 }
 
-fn quantize_block_q8(v: &[f32; QK]) -> BlockQ8 {
+/// Rounds 32 activations to 8 bits, ties to even (as llama.cpp's SIMD quantizers do);
+/// the SIMD and scalar paths give identical blocks.
+fn quantize_block_q8(isa: Isa, v: &[f32; QK]) -> BlockQ8 {
+    #[cfg(target_arch = "x86_64")]
+    if let Isa::Avx2(t) = isa {
+        return x86::quantize_block(t, v);
+    }
+    let _ = isa;
     let amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     let mut qs = [0i8; QK];
     for (q, &x) in qs.iter_mut().zip(v) {
         // |x * id| <= 127 (up to rounding), and `as` saturates NaN to 0.
-        *q = (x * id).round().clamp(-127.0, 127.0) as i8;
+        *q = (x * id).round_ties_even().clamp(-127.0, 127.0) as i8;
     }
     let half = |r: &[i8]| r.iter().map(|&q| i16::from(q)).sum::<i16>();
-    let sums = [half(&qs[..16]), half(&qs[16..])];
+    block_q8(qs, d, [half(&qs[..16]), half(&qs[16..])])
+}
+
+fn block_q8(qs: [i8; QK], d: f32, sums: [i16; 2]) -> BlockQ8 {
     BlockQ8 {
         qs,
         d,
@@ -446,11 +515,15 @@ fn quantize_block_q8(v: &[f32; QK]) -> BlockQ8 {
 /// Rounds an activation vector to 8-bit blocks of 32 (llama.cpp's Q8 activations).
 pub fn quantize_activations(x: &[f32]) -> QuantizedActivations {
     let mut q = QuantizedActivations::default();
-    q.quantize_from(x);
+    if !x.is_empty() {
+        q.quantize_from(x, x.len())
+            .expect("one vector of its own length");
+    }
     q
 }
 
-/// Which instruction set the kernels may use, decided once by runtime detection.
+/// Which instruction set the kernels may use, decided by runtime detection (which std
+/// caches, so asking again is a couple of loads).
 #[derive(Debug, Clone, Copy)]
 enum Isa {
     Scalar,
@@ -469,7 +542,8 @@ impl Isa {
     }
 }
 
-/// Fast dot product of one quantized weight row with quantized activations.
+/// Fast dot product of one quantized weight row with quantized activations (the
+/// first vector of `qx`).
 ///
 /// Float weight types (F32, F16, BF16) are accepted too, against the 8-bit values, but
 /// [`matmul`] keeps f32 activations for them.
@@ -478,24 +552,34 @@ pub fn dot_row_q8(ty: GgmlType, row: &[u8], qx: &QuantizedActivations) -> Result
         return Err(QuantError::Unsupported(ty));
     }
     check_len("row bytes", ty.row_bytes(qx.len)?, row.len())?;
-    Ok(dot_q8_dispatch(Isa::detect(), ty, row, &qx.blocks))
+    if qx.count == 0 {
+        return Ok(0.0);
+    }
+    Ok(dot_q8_dispatch(Isa::detect(), ty, row, qx, 0))
 }
 
-/// Picks the kernel; `row` must hold exactly `x.len()` blocks' worth of values.
+/// One weight row against vector `v` of `qx`; `row` must hold exactly `qx.nb` blocks'
+/// worth of values.
 #[inline]
-fn dot_q8_dispatch(isa: Isa, ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> f32 {
+fn dot_q8_dispatch(isa: Isa, ty: GgmlType, row: &[u8], qx: &QuantizedActivations, v: usize) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2(t) => match ty {
-            GgmlType::Q4_0 => x86::dot_q4_0(t, row, x),
-            GgmlType::Q4_1 => x86::dot_q4_1(t, row, x),
-            GgmlType::Q8_0 => x86::dot_q8_0(t, row, x),
-            GgmlType::Q4_K => x86::dot_q4_k(t, row, x),
-            GgmlType::Q5_K => x86::dot_q5_k(t, row, x),
-            GgmlType::Q6_K => x86::dot_q6_k(t, row, x),
-            _ => scalar::dot(ty, row, x),
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+                let x = x86::Xs {
+                    blocks: qx.vector(v),
+                    sums: qx.group_sums(v),
+                    lane: v % GROUP,
+                    nb: qx.nb,
+                };
+                x86::tile::<1, 1>(t, ty, [row], x)[0][0]
+            }
+            GgmlType::Q4_K => x86::dot_q4_k(t, row, qx.vector(v)),
+            GgmlType::Q5_K => x86::dot_q5_k(t, row, qx.vector(v)),
+            GgmlType::Q6_K => x86::dot_q6_k(t, row, qx.vector(v)),
+            _ => scalar::dot(ty, row, qx.vector(v)),
         },
-        Isa::Scalar => scalar::dot(ty, row, x),
+        Isa::Scalar => scalar::dot(ty, row, qx.vector(v)),
     }
 }
 
@@ -514,9 +598,104 @@ pub fn matmul(
     xs: &[f32],
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    if !ty.is_supported() {
-        return Err(QuantError::Unsupported(ty));
+    let mut job = [MatJob {
+        ty,
+        weights,
+        packed: None,
+        n_rows,
+        out,
+    }];
+    matmul_many(&mut job, n_cols, xs, &mut QuantizedActivations::default())
+}
+
+/// One weight matrix of a [`matmul_many`] call and where its results go
+/// (`out[b * n_rows + r]`, as in [`matmul`]).
+#[derive(Debug)]
+pub struct MatJob<'a> {
+    /// The weights' format.
+    pub ty: GgmlType,
+    /// Row-major `n_rows × n_cols` weights.
+    pub weights: &'a [u8],
+    /// The same weights rearranged by [`PackedMatrix::new`], used instead of
+    /// `weights` when present.
+    pub packed: Option<&'a PackedMatrix>,
+    /// Rows (outputs per vector).
+    pub n_rows: usize,
+    /// `batch × n_rows` results.
+    pub out: &'a mut [f32],
+}
+
+/// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
+const PANEL: usize = 8;
+
+/// A Q4_1 matrix rearranged once at load time so that each 32-bit lane of a SIMD
+/// register holds a different row: one `vpdpbusd` then advances eight rows by four
+/// values each, and the eight rows' scales convert with one instruction, so a block
+/// of eight rows costs about a quarter of the instructions of eight separate rows.
+///
+/// Layout: panels of [`PANEL`] rows; in each, block after block, 160 bytes: the eight
+/// rows' f16 scales, their f16 mins, then for `g` in 0..4 the eight rows' quant bytes
+/// `4g..4g + 4` (low nibbles: values `4g..`, high nibbles: values `16 + 4g..`).
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    n_rows: usize,
+    n_cols: usize,
+    /// Only x86 has kernels for the layout so far (elsewhere `new` returns `None`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    data: Vec<u8>,
+}
+
+impl PackedMatrix {
+    /// Bytes of one block of one panel.
+    const BLOCK: usize = 160;
+
+    /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
+    /// the packed layout (AVX2 and Q4_1 so far) and the rows fill whole panels;
+    /// `None` otherwise, and the matrix is used as stored.
+    pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
+        if !matches!(Isa::detect(), Isa::Scalar) && ty == GgmlType::Q4_1 {
+            let rb = ty.row_bytes(n_cols).ok()?;
+            if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
+                return None;
+            }
+            let nb = n_cols / QK;
+            let mut data = vec![0u8; n_rows * rb];
+            for (panel, dst) in weights
+                .chunks_exact(PANEL * rb)
+                .zip(data.chunks_exact_mut(nb * Self::BLOCK))
+            {
+                for (i, out) in dst.chunks_exact_mut(Self::BLOCK).enumerate() {
+                    for r in 0..PANEL {
+                        let b = &panel[r * rb + 20 * i..r * rb + 20 * i + 20];
+                        out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                        out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+                        for g in 0..4 {
+                            let at = 32 + 32 * g + 4 * r;
+                            out[at..at + 4].copy_from_slice(&b[4 + 4 * g..8 + 4 * g]);
+                        }
+                    }
+                }
+            }
+            return Some(PackedMatrix {
+                n_rows,
+                n_cols,
+                data,
+            });
+        }
+        None
     }
+}
+
+/// Several matrices against the same activations in one parallel pass: the vectors
+/// are rounded to 8 bits once (into `scratch`, reused across calls) and the rows of
+/// all matrices are shared out to the cores together, so Q, K and V (or gate and up)
+/// cost one fork-join instead of three.
+pub fn matmul_many(
+    jobs: &mut [MatJob<'_>],
+    n_cols: usize,
+    xs: &[f32],
+    scratch: &mut QuantizedActivations,
+) -> Result<(), QuantError> {
     if n_cols == 0 || !xs.len().is_multiple_of(n_cols) {
         return Err(QuantError::Length {
             what: "activations",
@@ -524,83 +703,55 @@ pub fn matmul(
             actual: xs.len(),
         });
     }
-    if ty.uses_q8_activations() {
-        let qxs: Vec<QuantizedActivations> =
-            xs.chunks_exact(n_cols).map(quantize_activations).collect();
-        return matmul_q8(ty, weights, n_rows, n_cols, &qxs, out);
-    }
     let batch = xs.len() / n_cols;
-    let rb = check_matrix(ty, weights, n_rows, n_cols, batch, out.len())?;
-    run_rows(n_rows, batch, rb, out, |r, dst| {
-        let row = &weights[r * rb..(r + 1) * rb];
-        for (d, x) in dst.iter_mut().zip(xs.chunks_exact(n_cols)) {
-            *d = dot_row_f32_unchecked(ty, row, x);
+    for j in jobs.iter() {
+        if !j.ty.is_supported() {
+            return Err(QuantError::Unsupported(j.ty));
         }
-    });
+        check_matrix(j.ty, j.weights, j.n_rows, n_cols, batch, j.out.len())?;
+        if let Some(p) = j.packed
+            && (p.n_rows, p.n_cols) != (j.n_rows, n_cols)
+        {
+            return Err(QuantError::Length {
+                what: "packed matrix rows",
+                expected: j.n_rows,
+                actual: p.n_rows,
+            });
+        }
+    }
+    if jobs.iter().any(|j| j.ty.uses_q8_activations()) {
+        scratch.quantize_from(xs, n_cols)?;
+    } else {
+        *scratch = QuantizedActivations::default();
+    }
+    run_jobs(jobs, n_cols, batch, xs, scratch);
     Ok(())
 }
 
-/// [`matmul`] with activations already quantized, so that one input can feed several
-/// matrices (e.g. Q, K and V) after a single rounding. Block formats only.
+/// [`matmul`] with activations already quantized (by [`QuantizedActivations::quantize_from`]),
+/// so that one rounding can serve many calls. Block formats only.
 pub fn matmul_q8(
     ty: GgmlType,
     weights: &[u8],
     n_rows: usize,
     n_cols: usize,
-    qxs: &[QuantizedActivations],
+    qx: &QuantizedActivations,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     if !ty.is_supported() || !ty.uses_q8_activations() {
         return Err(QuantError::Unsupported(ty));
     }
-    for q in qxs {
-        check_len("quantized activations", n_cols, q.len)?;
-    }
-    let rb = check_matrix(ty, weights, n_rows, n_cols, qxs.len(), out.len())?;
-    let isa = Isa::detect();
-    run_rows(n_rows, qxs.len(), rb, out, |r, dst| {
-        dot_q8_batch(isa, ty, &weights[r * rb..(r + 1) * rb], qxs, dst);
-    });
+    check_len("quantized activations", n_cols, qx.len)?;
+    check_matrix(ty, weights, n_rows, n_cols, qx.count, out.len())?;
+    let mut job = [MatJob {
+        ty,
+        weights,
+        packed: None,
+        n_rows,
+        out,
+    }];
+    run_jobs(&mut job, n_cols, qx.count, &[], qx);
     Ok(())
-}
-
-/// One weight row against every vector of a batch: four at a time where a kernel
-/// unpacks each weight block once for all four, then one at a time.
-fn dot_q8_batch(isa: Isa, ty: GgmlType, row: &[u8], qxs: &[QuantizedActivations], dst: &mut [f32]) {
-    let done = dot4_prefix(isa, ty, row, qxs, dst);
-    for (d, q) in dst[done..].iter_mut().zip(&qxs[done..]) {
-        *d = dot_q8_dispatch(isa, ty, row, &q.blocks);
-    }
-}
-
-/// Fills `dst` for the leading groups of four vectors where a four-wide kernel exists;
-/// returns how many vectors it did.
-#[cfg(target_arch = "x86_64")]
-fn dot4_prefix(
-    isa: Isa,
-    ty: GgmlType,
-    row: &[u8],
-    qxs: &[QuantizedActivations],
-    dst: &mut [f32],
-) -> usize {
-    let Isa::Avx2(t) = isa else {
-        return 0;
-    };
-    let mut done = 0;
-    while let (Some(q), Some(d)) = (qxs.get(done..done + 4), dst.get_mut(done..done + 4)) {
-        let xs = [&q[0].blocks[..], &q[1].blocks, &q[2].blocks, &q[3].blocks];
-        let Some(v) = x86::dot4(t, ty, row, xs) else {
-            break;
-        };
-        d.copy_from_slice(&v);
-        done += 4;
-    }
-    done
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn dot4_prefix(_: Isa, _: GgmlType, _: &[u8], _: &[QuantizedActivations], _: &mut [f32]) -> usize {
-    0
 }
 
 /// Validates a matmul's shapes and returns the bytes per weight row.
@@ -620,52 +771,238 @@ fn check_matrix(
     Ok(rb)
 }
 
-/// Calls `f(row, dst)` for every weight row, where `dst` receives that row's result
-/// for each batch entry; spreads rows over threads natively, then transposes the
-/// row-major results into the batch-major `out`.
-fn run_rows<F>(n_rows: usize, batch: usize, row_bytes: usize, out: &mut [f32], f: F)
-where
-    F: Fn(usize, &mut [f32]) + Sync,
-{
-    if batch == 0 || n_rows == 0 {
-        return;
-    }
-    if batch == 1 {
-        rows_parallel(batch, row_bytes, out, &f);
-        return;
-    }
-    let mut by_row = vec![0f32; n_rows * batch];
-    rows_parallel(batch, row_bytes, &mut by_row, &f);
-    for (r, vals) in by_row.chunks_exact(batch).enumerate() {
-        for (b, &v) in vals.iter().enumerate() {
-            out[b * n_rows + r] = v;
+/// About this many weight bytes per task: enough work to amortise scheduling, small
+/// enough that two cores balance even on the K and V projections of a decode step.
+const TASK_BYTES: usize = 16 * 1024;
+
+/// A job's output, shared by the tasks that fill it in parallel.
+#[derive(Debug, Clone, Copy)]
+struct SharedOut<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a `SharedOut` stands for an `&'a mut [f32]` (which is Send and Sync) lent to
+// one parallel region; the only access through it is `write`, whose contract keeps
+// the threads on disjoint entries.
+unsafe impl Send for SharedOut<'_> {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SharedOut<'_> {}
+
+impl<'a> SharedOut<'a> {
+    fn new(out: &'a mut [f32]) -> Self {
+        SharedOut {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            _borrow: std::marker::PhantomData,
         }
+    }
+
+    /// Stores `v` at entry `i` (bounds-checked).
+    ///
+    /// # Safety
+    /// No other thread may access entry `i` while the borrow this came from lasts.
+    unsafe fn write(self, i: usize, v: f32) {
+        assert!(i < self.len, "output index {i} out of {}", self.len);
+        // SAFETY: `i < len` keeps the store inside the borrowed slice, and the caller
+        // guarantees that no other thread touches entry `i`.
+        unsafe { self.ptr.add(i).write(v) }
     }
 }
 
-/// Fills `by_row` (row-major: `batch` results per row) with `f`, in parallel natively.
-fn rows_parallel<F>(batch: usize, row_bytes: usize, by_row: &mut [f32], f: &F)
-where
-    F: Fn(usize, &mut [f32]) + Sync,
-{
-    // About 16 KiB of weights per task: big enough to amortise scheduling, small
-    // enough to balance two cores on the smallest matrices.
-    let rows_per_task = (16384 / row_bytes.max(1)).clamp(4, 1024);
-    let chunk = rows_per_task * batch;
-    let work = |(i, dst): (usize, &mut [f32])| {
-        for (k, d) in dst.chunks_exact_mut(batch).enumerate() {
-            f(i * rows_per_task + k, d);
-        }
+/// One job as its tasks see it.
+#[derive(Debug, Clone, Copy)]
+struct Part<'a> {
+    ty: GgmlType,
+    weights: &'a [u8],
+    /// Read by the x86 kernels only (there are no packed matrices elsewhere).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    packed: Option<&'a PackedMatrix>,
+    n_rows: usize,
+    /// Bytes per row.
+    rb: usize,
+    /// Rows per task.
+    per: usize,
+    /// Index of the job's first task.
+    first: usize,
+    out: SharedOut<'a>,
+}
+
+/// Runs validated jobs: each job's rows are cut into tasks of about [`TASK_BYTES`],
+/// and the tasks of all jobs are spread over the cores together.
+fn run_jobs(
+    jobs: &mut [MatJob<'_>],
+    n_cols: usize,
+    batch: usize,
+    xs: &[f32],
+    qx: &QuantizedActivations,
+) {
+    if batch == 0 {
+        return;
+    }
+    let isa = Isa::detect();
+    let mut n_tasks = 0;
+    let parts: Vec<Part<'_>> = jobs
+        .iter_mut()
+        .map(|j| {
+            let rb = j.ty.row_bytes(n_cols).expect("validated shape");
+            // Whole panels per task when packed.
+            let per = (TASK_BYTES / rb.max(1)).clamp(PANEL, 4096) / PANEL * PANEL;
+            let first = n_tasks;
+            n_tasks += j.n_rows.div_ceil(per);
+            Part {
+                ty: j.ty,
+                weights: j.weights,
+                packed: j.packed,
+                n_rows: j.n_rows,
+                rb,
+                per,
+                first,
+                out: SharedOut::new(j.out),
+            }
+        })
+        .collect();
+    let task = |t: usize| {
+        // The job whose tasks hold `t`: the last one starting at or before it.
+        let p = parts
+            .iter()
+            .rev()
+            .find(|p| p.first <= t)
+            .expect("task 0 belongs to the first job");
+        let r0 = (t - p.first) * p.per;
+        let rows = r0..(r0 + p.per).min(p.n_rows);
+        let (out, n_rows) = (p.out, p.n_rows);
+        let put = |v: usize, r: usize, val: f32| {
+            // SAFETY: `r` is one of this task's rows, and the tasks partition each
+            // job's rows, so entry (v, r) is written by this task alone.
+            unsafe { out.write(v * n_rows + r, val) }
+        };
+        run_task(isa, p, rows, n_cols, xs, qx, put);
     };
     #[cfg(not(target_arch = "wasm32"))]
     {
         use rayon::prelude::*;
-        if by_row.len() > chunk {
-            by_row.par_chunks_mut(chunk).enumerate().for_each(work);
+        if n_tasks > 1 {
+            (0..n_tasks).into_par_iter().for_each(task);
             return;
         }
     }
-    by_row.chunks_mut(chunk).enumerate().for_each(work);
+    (0..n_tasks).for_each(task);
+}
+
+/// Rows `rows` of one matrix against every vector: batched tile kernels where the
+/// format has them, else one dot per (row, vector).
+fn run_task(
+    isa: Isa,
+    p: &Part<'_>,
+    rows: std::ops::Range<usize>,
+    n_cols: usize,
+    xs: &[f32],
+    qx: &QuantizedActivations,
+    mut put: impl FnMut(usize, usize, f32),
+) {
+    let (ty, weights, rb) = (p.ty, p.weights, p.rb);
+    let batch = if ty.uses_q8_activations() {
+        qx.count
+    } else {
+        xs.len() / n_cols
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Isa::Avx2(t) = isa {
+        if let Some(pm) = p.packed {
+            return x86::packed_rows(t, pm, rows, qx, &mut put);
+        }
+        if x86::matmul_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
+            return;
+        }
+    }
+    for r in rows {
+        let row = &weights[r * rb..(r + 1) * rb];
+        for v in 0..batch {
+            let val = if ty.uses_q8_activations() {
+                dot_q8_dispatch(isa, ty, row, qx, v)
+            } else {
+                dot_row_f32_unchecked(ty, row, &xs[v * n_cols..(v + 1) * n_cols])
+            };
+            put(v, r, val);
+        }
+    }
+}
+
+/// The f32 vector helpers of the forward pass (attention's scores and weighted sums),
+/// bound once to the instruction set detected, as they run on slices of one head.
+#[derive(Debug, Clone, Copy)]
+pub struct F32Ops(Isa);
+
+impl F32Ops {
+    /// The helpers for this CPU.
+    pub fn detect() -> Self {
+        F32Ops(Isa::detect())
+    }
+
+    /// `scores[t] = q · keys[t * stride..][..q.len()]` for every `t`: one head's
+    /// attention scores against a cache whose positions are `stride` apart.
+    pub fn dots(self, q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
+        let n = scores.len();
+        if n == 0 {
+            return;
+        }
+        assert!(
+            (n - 1) * stride + q.len() <= keys.len(),
+            "keys too short for {n} positions"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if let Isa::Avx2(t) = self.0
+            && q.len() == x86::HEAD
+        {
+            return x86::dots(t, q, keys, stride, scores);
+        }
+        for (t, s) in scores.iter_mut().enumerate() {
+            let k = &keys[t * stride..t * stride + q.len()];
+            // Eight running sums the compiler can keep in vector lanes.
+            let mut acc = [0f32; 8];
+            let (cq, ck) = (q.chunks_exact(8), k.chunks_exact(8));
+            let tail: f32 = cq
+                .remainder()
+                .iter()
+                .zip(ck.remainder())
+                .map(|(a, b)| a * b)
+                .sum();
+            for (a, b) in cq.zip(ck) {
+                for l in 0..8 {
+                    acc[l] += a[l] * b[l];
+                }
+            }
+            *s = acc.iter().sum::<f32>() + tail;
+        }
+    }
+
+    /// `out = Σ_t weights[t] · values[t * stride..][..out.len()]`: one head's
+    /// attention output.
+    pub fn weighted_sum(self, weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        out.fill(0.0);
+        let n = weights.len();
+        if n == 0 {
+            return;
+        }
+        assert!(
+            (n - 1) * stride + out.len() <= values.len(),
+            "values too short for {n} positions"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if let Isa::Avx2(t) = self.0
+            && out.len() == x86::HEAD
+        {
+            return x86::weighted_sum(t, weights, values, stride, out);
+        }
+        for (t, &w) in weights.iter().enumerate() {
+            let v = &values[t * stride..t * stride + out.len()];
+            for (o, &x) in out.iter_mut().zip(v) {
+                *o += w * x;
+            }
+        }
+    }
 }
 
 /// Portable kernels: plain integer loops that compile everywhere (wasm included) and
@@ -792,24 +1129,36 @@ mod scalar {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! AVX2 kernels. Each weight block's 4-, 5-, 6- or 8-bit values are widened to
-    //! bytes in registers and multiplied against the activation bytes with
-    //! `vpmaddubsw` (u8 × i8 → pairs summed to i16) and `vpmaddwd` (→ i32), then
-    //! scaled in f32 per block. Offsets and mins use the activation block sums.
+    //! bytes in registers and multiplied against the activation bytes, with AVX-VNNI's
+    //! `vpdpbusd` (u8 × i8, four products summed into each i32) where the CPU has it,
+    //! else `vpmaddubsw` + `vpmaddwd`; then scaled in f32 per block. Offsets and mins
+    //! use the activation block sums.
 
-    use super::{BlockQ8, GgmlType, QK, unpack_scales_k4};
+    use super::{BlockQ8, GROUP, GgmlType, PANEL, QK, QuantizedActivations, unpack_scales_k4};
     use std::arch::x86_64::*;
 
-    /// Proof that AVX2, FMA and F16C are available: only [`Avx2Token::detect`] makes
-    /// one, and only after runtime detection succeeds.
+    /// Proof that AVX2, FMA and F16C are available (and AVX-VNNI when `vnni` is set):
+    /// only [`Avx2Token::detect`] makes one, from runtime detection.
     #[derive(Debug, Clone, Copy)]
-    pub(super) struct Avx2Token(());
+    pub(super) struct Avx2Token {
+        vnni: bool,
+    }
 
     impl Avx2Token {
         pub(super) fn detect() -> Option<Self> {
             (is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c"))
-            .then_some(Avx2Token(()))
+            .then(|| Avx2Token {
+                vnni: is_x86_feature_detected!("avxvnni"),
+            })
+        }
+
+        /// The same proof without AVX-VNNI (always sound: it claims less), so tests
+        /// cover the `vpmaddubsw` path on CPUs that have both.
+        #[cfg(test)]
+        pub(super) fn without_vnni(self) -> Self {
+            Avx2Token { vnni: false }
         }
     }
 
@@ -824,9 +1173,6 @@ mod x86 {
             }
         };
     }
-    safe_entry!(dot_q4_0 => q4_0);
-    safe_entry!(dot_q4_1 => q4_1);
-    safe_entry!(dot_q8_0 => q8_0);
     safe_entry!(dot_q4_k => q4_k);
     safe_entry!(dot_q5_k => q5_k);
     safe_entry!(dot_q6_k => q6_k);
@@ -851,12 +1197,26 @@ mod x86 {
         unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) }
     }
 
+    #[inline(always)]
+    fn load8f(v: &[f32]) -> __m256 {
+        let v: &[f32; 8] = v[..8].try_into().expect("8 floats");
+        // SAFETY: `v` is 8 readable floats; the load is unaligned.
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+
     /// Σ u8 × i8 over 32 lanes, as 8 i32 partial sums.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn mul_sum_us8(ax: __m256i, sy: __m256i) -> __m256i {
         let dot = _mm256_maddubs_epi16(ax, sy);
         _mm256_madd_epi16(dot, _mm256_set1_epi16(1))
+    }
+
+    /// [`mul_sum_us8`] in one instruction.
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn mul_sum_us8_vnni(ax: __m256i, sy: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
     }
 
     #[inline]
@@ -866,6 +1226,15 @@ mod x86 {
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
         _mm_cvtss_f32(s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum_epi32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+        _mm_cvtsi128_si32(s)
     }
 
     /// The 32 nibbles of 16 bytes, low nibbles in the first 16 lanes.
@@ -884,94 +1253,448 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
     }
 
-    /// The 32-wide formats' kernels, generic over how many activation vectors share
-    /// each unpacked weight block (1 for a single dot, up to 4 in a batched matmul).
+    /// The two little-endian f16s at the start of `b` (Q4_1's scale and min), each
+    /// broadcast to all lanes.
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_0_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
-        let mut acc = [_mm256_setzero_ps(); N];
-        let mut corr = [0f32; N];
-        for (i, b) in row.chunks_exact(18).enumerate() {
-            let d = h2f(b, 0);
-            let w = unpack_nibbles(load16(&b[2..]));
-            for k in 0..N {
-                let xb = &xs[k][i];
-                let p = mul_sum_us8(w, load_x(xb));
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
-                corr[k] += d * xb.s;
-            }
-        }
-        std::array::from_fn(|k| hsum_ps(acc[k]) - 8.0 * corr[k])
+    #[target_feature(enable = "avx2,f16c")]
+    fn h2f_pair(b: &[u8]) -> (__m256, __m256) {
+        let bits = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+        (
+            _mm256_broadcastss_ps(both),
+            _mm256_broadcastss_ps(_mm_movehdup_ps(both)),
+        )
     }
 
+    /// The activations side of a tile: `V` consecutive vectors of `nb` blocks and the
+    /// regrouped sums of their group, whose lane `lane` is the first vector's.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Xs<'a> {
+        pub(super) blocks: &'a [BlockQ8],
+        pub(super) sums: &'a [f32],
+        pub(super) lane: usize,
+        pub(super) nb: usize,
+    }
+
+    /// `hsum(acc[r][v]) + k · off[r][lane + v]`: a tile's results.
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_1_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
-        let mut acc = [_mm256_setzero_ps(); N];
-        let mut mins = [0f32; N];
-        for (i, b) in row.chunks_exact(20).enumerate() {
-            let (d, m) = (h2f(b, 0), h2f(b, 2));
-            let w = unpack_nibbles(load16(&b[4..]));
-            for k in 0..N {
-                let xb = &xs[k][i];
-                let p = mul_sum_us8(w, load_x(xb));
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
-                mins[k] += m * xb.s;
-            }
-        }
-        std::array::from_fn(|k| hsum_ps(acc[k]) + mins[k])
+    #[target_feature(enable = "avx2")]
+    fn finish<const R: usize, const V: usize>(
+        acc: [[__m256; V]; R],
+        off: [__m256; R],
+        k: f32,
+        lane: usize,
+    ) -> [[f32; V]; R] {
+        std::array::from_fn(|r| {
+            let mut o = [0f32; 8];
+            // SAFETY: `o` is 8 writable floats; the store is unaligned.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), off[r]) };
+            std::array::from_fn(|v| hsum_ps(acc[r][v]) + k * o[lane + v])
+        })
     }
 
+    /// The 32-wide formats' tile kernels, compiled once per instruction set: `R`
+    /// weight rows against `V` activation vectors (`V + x.lane <= GROUP`), each weight
+    /// block unpacked once for all `V` vectors and each activation block loaded once
+    /// for all `R` rows. Every (row, vector) pair sees the same operations in the same
+    /// order whatever the tile shape, so batched and single results agree exactly.
+    macro_rules! tile_kernels {
+        ($m:ident, $features:tt, $idot:ident) => {
+            mod $m {
+                use super::*;
+
+                #[inline]
+                #[target_feature(enable = $features)]
+                pub(super) fn q4_0<const R: usize, const V: usize>(
+                    rows: [&[u8]; R],
+                    x: Xs<'_>,
+                ) -> [[f32; V]; R] {
+                    let mut acc = [[_mm256_setzero_ps(); V]; R];
+                    let mut off = [_mm256_setzero_ps(); R];
+                    for i in 0..x.nb {
+                        let s8 = load8f(&x.sums[i * GROUP..]);
+                        for r in 0..R {
+                            let b = &rows[r][18 * i..18 * i + 18];
+                            let d = _mm256_set1_ps(h2f(b, 0));
+                            let w = unpack_nibbles(load16(&b[2..]));
+                            off[r] = _mm256_fmadd_ps(d, s8, off[r]);
+                            for v in 0..V {
+                                let xb = &x.blocks[v * x.nb + i];
+                                let p = $idot(w, load_x(xb));
+                                let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                            }
+                        }
+                    }
+                    finish(acc, off, -8.0, x.lane)
+                }
+
+                #[inline]
+                #[target_feature(enable = $features)]
+                pub(super) fn q4_1<const R: usize, const V: usize>(
+                    rows: [&[u8]; R],
+                    x: Xs<'_>,
+                ) -> [[f32; V]; R] {
+                    let mut acc = [[_mm256_setzero_ps(); V]; R];
+                    let mut off = [_mm256_setzero_ps(); R];
+                    for i in 0..x.nb {
+                        let s8 = load8f(&x.sums[i * GROUP..]);
+                        for r in 0..R {
+                            let b = &rows[r][20 * i..20 * i + 20];
+                            let (d, m) = h2f_pair(b);
+                            let w = unpack_nibbles(load16(&b[4..]));
+                            off[r] = _mm256_fmadd_ps(m, s8, off[r]);
+                            for v in 0..V {
+                                let xb = &x.blocks[v * x.nb + i];
+                                let p = $idot(w, load_x(xb));
+                                let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                            }
+                        }
+                    }
+                    finish(acc, off, 1.0, x.lane)
+                }
+
+                #[inline]
+                #[target_feature(enable = $features)]
+                pub(super) fn q8_0<const R: usize, const V: usize>(
+                    rows: [&[u8]; R],
+                    x: Xs<'_>,
+                ) -> [[f32; V]; R] {
+                    let mut acc = [[_mm256_setzero_ps(); V]; R];
+                    for i in 0..x.nb {
+                        for r in 0..R {
+                            let b = &rows[r][34 * i..34 * i + 34];
+                            let d = _mm256_set1_ps(h2f(b, 0));
+                            let w = load32(&b[2..]);
+                            // |w| × (x with w's sign): the unsigned operand must be w.
+                            let aw = _mm256_sign_epi8(w, w);
+                            for v in 0..V {
+                                let xb = &x.blocks[v * x.nb + i];
+                                let p = $idot(aw, _mm256_sign_epi8(load_x(xb), w));
+                                let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                            }
+                        }
+                    }
+                    finish(acc, [_mm256_setzero_ps(); R], 0.0, 0)
+                }
+            }
+        };
+    }
+    tile_kernels!(vnni, "avx2,fma,f16c,avxvnni", mul_sum_us8_vnni);
+    tile_kernels!(plain, "avx2,fma,f16c", mul_sum_us8);
+
+    /// One tile of a Q4_0, Q4_1 or Q8_0 matrix (see `tile_kernels`).
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q8_0_n<const N: usize>(row: &[u8], xs: [&[BlockQ8]; N]) -> [f32; N] {
-        let mut acc = [_mm256_setzero_ps(); N];
-        for (i, b) in row.chunks_exact(34).enumerate() {
-            let d = h2f(b, 0);
-            let w = load32(&b[2..]);
-            // |w| × (y with w's sign): vpmaddubsw needs its first operand unsigned.
-            let aw = _mm256_sign_epi8(w, w);
-            for k in 0..N {
-                let xb = &xs[k][i];
-                let p = mul_sum_us8(aw, _mm256_sign_epi8(load_x(xb), w));
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[k]);
-            }
-        }
-        std::array::from_fn(|k| hsum_ps(acc[k]))
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_0(row: &[u8], x: &[BlockQ8]) -> f32 {
-        q4_0_n(row, [x])[0]
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_1(row: &[u8], x: &[BlockQ8]) -> f32 {
-        q4_1_n(row, [x])[0]
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q8_0(row: &[u8], x: &[BlockQ8]) -> f32 {
-        q8_0_n(row, [x])[0]
-    }
-
-    /// One weight row against four activation vectors, for the 32-wide formats;
-    /// `None` for other types.
-    pub(super) fn dot4(
-        _t: Avx2Token,
+    pub(super) fn tile<const R: usize, const V: usize>(
+        t: Avx2Token,
         ty: GgmlType,
-        row: &[u8],
-        xs: [&[BlockQ8]; 4],
-    ) -> Option<[f32; 4]> {
+        rows: [&[u8]; R],
+        x: Xs<'_>,
+    ) -> [[f32; V]; R] {
+        debug_assert!(x.lane + V <= GROUP);
         // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
-        // and F16C; the kernels read `row` and `xs` only through checked slicing.
+        // and F16C, and its `vnni` flag is set only if AVX-VNNI was found too: the
+        // features of the kernel called. The kernels touch memory only through
+        // bounds-checked slicing (and `finish`'s store into its own array).
         unsafe {
-            match ty {
-                GgmlType::Q4_0 => Some(q4_0_n(row, xs)),
-                GgmlType::Q4_1 => Some(q4_1_n(row, xs)),
-                GgmlType::Q8_0 => Some(q8_0_n(row, xs)),
-                _ => None,
+            match (ty, t.vnni) {
+                (GgmlType::Q4_0, true) => vnni::q4_0(rows, x),
+                (GgmlType::Q4_0, false) => plain::q4_0(rows, x),
+                (GgmlType::Q4_1, true) => vnni::q4_1(rows, x),
+                (GgmlType::Q4_1, false) => plain::q4_1(rows, x),
+                (GgmlType::Q8_0, true) => vnni::q8_0(rows, x),
+                (GgmlType::Q8_0, false) => plain::q8_0(rows, x),
+                _ => unreachable!("tile kernels exist for Q4_0, Q4_1 and Q8_0 only"),
             }
+        }
+    }
+
+    /// Rows `rows` of a Q4_0, Q4_1 or Q8_0 matrix against every vector of `qx`, in
+    /// tiles; `put(v, r, value)` takes each result. `false` (and nothing done) for
+    /// other formats.
+    pub(super) fn matmul_rows(
+        t: Avx2Token,
+        ty: GgmlType,
+        weights: &[u8],
+        rb: usize,
+        rows: std::ops::Range<usize>,
+        qx: &QuantizedActivations,
+        put: &mut impl FnMut(usize, usize, f32),
+    ) -> bool {
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+            return false;
+        }
+        let nb = qx.nb;
+        for g in (0..qx.count).step_by(GROUP) {
+            let nv = (qx.count - g).min(GROUP);
+            let x = Xs {
+                blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                sums: qx.group_sums(g),
+                lane: 0,
+                nb,
+            };
+            let w = Rows {
+                t,
+                ty,
+                weights,
+                rb,
+                g,
+            };
+            // Few vectors: several rows per tile, for independent accumulator chains
+            // and fewer passes over the activations.
+            match nv {
+                1 => w.run::<4, 1>(rows.clone(), x, put),
+                2 => w.run::<2, 2>(rows.clone(), x, put),
+                3 => w.run::<1, 3>(rows.clone(), x, put),
+                4 => w.run::<1, 4>(rows.clone(), x, put),
+                5 => w.run::<1, 5>(rows.clone(), x, put),
+                6 => w.run::<1, 6>(rows.clone(), x, put),
+                7 => w.run::<1, 7>(rows.clone(), x, put),
+                _ => w.run::<1, 8>(rows.clone(), x, put),
+            }
+        }
+        true
+    }
+
+    /// A matrix and the first vector of the group being tiled.
+    struct Rows<'a> {
+        t: Avx2Token,
+        ty: GgmlType,
+        weights: &'a [u8],
+        rb: usize,
+        g: usize,
+    }
+
+    impl Rows<'_> {
+        fn row(&self, r: usize) -> &[u8] {
+            &self.weights[r * self.rb..(r + 1) * self.rb]
+        }
+
+        /// Tiles of `R` rows (then single rows) by the group's `V` vectors.
+        #[inline]
+        fn run<const R: usize, const V: usize>(
+            &self,
+            rows: std::ops::Range<usize>,
+            x: Xs<'_>,
+            put: &mut impl FnMut(usize, usize, f32),
+        ) {
+            let mut r = rows.start;
+            while r + R <= rows.end {
+                let o = tile::<R, V>(self.t, self.ty, std::array::from_fn(|k| self.row(r + k)), x);
+                for (k, vals) in o.iter().enumerate() {
+                    for (v, &val) in vals.iter().enumerate() {
+                        put(self.g + v, r + k, val);
+                    }
+                }
+                r += R;
+            }
+            for r in r..rows.end {
+                let o = tile::<1, V>(self.t, self.ty, [self.row(r)], x);
+                for (v, &val) in o[0].iter().enumerate() {
+                    put(self.g + v, r, val);
+                }
+            }
+        }
+    }
+
+    /// Panels of a [`super::PackedMatrix`] against `V` vectors: each lane of the
+    /// accumulators is one of the panel's eight rows. Every (row, vector) pair sees the
+    /// same operations in the same order whatever `V`, so batched and single results
+    /// agree exactly.
+    macro_rules! packed_kernel {
+        ($name:ident, $features:tt, $idot:ident) => {
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn $name<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+                let mask = _mm256_set1_epi8(0xF);
+                let mut acc = [_mm256_setzero_ps(); V];
+                let mut mins = [_mm256_setzero_ps(); V];
+                for i in 0..x.nb {
+                    let b = &panel[160 * i..160 * i + 160];
+                    let d = _mm256_cvtph_ps(load16(b));
+                    let m = _mm256_cvtph_ps(load16(&b[16..]));
+                    let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let q = |at: usize| {
+                            _mm256_set1_epi32(i32::from_le_bytes([
+                                xb.qs[at] as u8,
+                                xb.qs[at + 1] as u8,
+                                xb.qs[at + 2] as u8,
+                                xb.qs[at + 3] as u8,
+                            ]))
+                        };
+                        let mut lo = _mm256_setzero_si256();
+                        let mut hi = _mm256_setzero_si256();
+                        for (g, &wg) in w.iter().enumerate() {
+                            let wl = _mm256_and_si256(wg, mask);
+                            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                            lo = _mm256_add_epi32(lo, $idot(wl, q(4 * g)));
+                            hi = _mm256_add_epi32(hi, $idot(wh, q(16 + 4 * g)));
+                        }
+                        let p = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
+                        acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
+                        mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
+                    }
+                }
+                std::array::from_fn(|v| {
+                    let mut o = [0f32; 8];
+                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(acc[v], mins[v])) };
+                    o
+                })
+            }
+        };
+    }
+    packed_kernel!(packed_q4_1_vnni, "avx2,fma,f16c,avxvnni", mul_sum_us8_vnni);
+    packed_kernel!(packed_q4_1_plain, "avx2,fma,f16c", mul_sum_us8);
+
+    /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
+    /// `put(v, r, value)` takes each result.
+    pub(super) fn packed_rows(
+        t: Avx2Token,
+        pm: &super::PackedMatrix,
+        rows: std::ops::Range<usize>,
+        qx: &QuantizedActivations,
+        put: &mut impl FnMut(usize, usize, f32),
+    ) {
+        let nb = qx.nb;
+        let panel_bytes = nb * super::PackedMatrix::BLOCK;
+        // Four vectors per tile keep the accumulators and the unpacked weights
+        // within the 16 AVX2 registers.
+        for g in (0..qx.count).step_by(4) {
+            let nv = (qx.count - g).min(4);
+            let x = Xs {
+                blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                sums: &[],
+                lane: 0,
+                nb,
+            };
+            for r0 in rows.clone().step_by(PANEL) {
+                let p = r0 / PANEL;
+                let panel = &pm.data[p * panel_bytes..(p + 1) * panel_bytes];
+                let mut emit = |o: &[[f32; 8]]| {
+                    for (v, lanes) in o.iter().enumerate() {
+                        for (k, &val) in lanes.iter().enumerate() {
+                            put(g + v, r0 + k, val);
+                        }
+                    }
+                };
+                // SAFETY: an `Avx2Token` exists only after runtime detection found
+                // AVX2, FMA and F16C, and its `vnni` flag only if AVX-VNNI was found
+                // too: the features of the kernel called. The kernels touch memory
+                // only through bounds-checked slicing and their own arrays.
+                unsafe {
+                    match (nv, t.vnni) {
+                        (1, true) => emit(&packed_q4_1_vnni::<1>(panel, x)),
+                        (2, true) => emit(&packed_q4_1_vnni::<2>(panel, x)),
+                        (3, true) => emit(&packed_q4_1_vnni::<3>(panel, x)),
+                        (_, true) => emit(&packed_q4_1_vnni::<4>(panel, x)),
+                        (1, false) => emit(&packed_q4_1_plain::<1>(panel, x)),
+                        (2, false) => emit(&packed_q4_1_plain::<2>(panel, x)),
+                        (3, false) => emit(&packed_q4_1_plain::<3>(panel, x)),
+                        (_, false) => emit(&packed_q4_1_plain::<4>(panel, x)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rounds 32 activations to 8 bits, ties to even, exactly as the scalar code does.
+    pub(super) fn quantize_block(_t: Avx2Token, v: &[f32; QK]) -> BlockQ8 {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
+        // and F16C; `quantize_block_impl` reads `v` and writes its own arrays only.
+        unsafe { quantize_block_impl(v) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn quantize_block_impl(v: &[f32; QK]) -> BlockQ8 {
+        let x: [__m256; 4] = std::array::from_fn(|k| load8f(&v[8 * k..]));
+        let sign = _mm256_set1_ps(-0.0);
+        let m = x.iter().fold(_mm256_setzero_ps(), |m, &x| {
+            _mm256_max_ps(m, _mm256_andnot_ps(sign, x))
+        });
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let q: [__m256i; 4] = std::array::from_fn(|k| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(x[k], id),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let sums = [
+            hsum_epi32(_mm256_add_epi32(q[0], q[1])) as i16,
+            hsum_epi32(_mm256_add_epi32(q[2], q[3])) as i16,
+        ];
+        // Saturating packs interleave the 128-bit lanes; the permute restores order.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut qs = [0i8; QK];
+        // SAFETY: `qs` is 32 writable bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), p) };
+        super::block_q8(qs, d, sums)
+    }
+
+    /// The head width the attention kernels are unrolled for (most Llama models').
+    pub(super) const HEAD: usize = 64;
+
+    /// [`super::F32Ops::dots`] for heads of [`HEAD`] values; the caller checked that
+    /// `keys` holds every position.
+    pub(super) fn dots(_t: Avx2Token, q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2 and
+        // FMA; `dots_impl` reads and writes its slices through checked slicing only.
+        unsafe { dots_impl(q, keys, stride, scores) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dots_impl(q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
+        let qv: [__m256; HEAD / 8] = std::array::from_fn(|l| load8f(&q[8 * l..]));
+        for (t, s) in scores.iter_mut().enumerate() {
+            let k = &keys[t * stride..t * stride + HEAD];
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for l in 0..HEAD / 8 {
+                acc[l % 2] = _mm256_fmadd_ps(qv[l], load8f(&k[8 * l..]), acc[l % 2]);
+            }
+            *s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+        }
+    }
+
+    /// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values; the caller
+    /// checked that `values` holds every position and zeroed `out`.
+    pub(super) fn weighted_sum(
+        _t: Avx2Token,
+        weights: &[f32],
+        values: &[f32],
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2 and
+        // FMA; `weighted_sum_impl` touches its slices through checked slicing only.
+        unsafe { weighted_sum_impl(weights, values, stride, out) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn weighted_sum_impl(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        let mut acc = [_mm256_setzero_ps(); HEAD / 8];
+        for (t, &w) in weights.iter().enumerate() {
+            let v = &values[t * stride..t * stride + HEAD];
+            let w = _mm256_set1_ps(w);
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(w, load8f(&v[8 * l..]), *a);
+            }
+        }
+        for (l, a) in acc.iter().enumerate() {
+            let o: &mut [f32; 8] = (&mut out[8 * l..8 * l + 8]).try_into().expect("8 floats");
+            // SAFETY: `o` is 8 writable floats; the store is unaligned.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
         }
     }
 
@@ -1335,23 +2058,51 @@ mod tests {
             }
             let qx = quantize_activations(&values(99, n));
             let s = scalar::dot(ty, &bytes, &qx.blocks);
-            let v = dot_q8_dispatch(Isa::Avx2(t), ty, &bytes, &qx.blocks);
-            assert!(
-                (s - v).abs() <= 1e-4 * s.abs().max(1.0),
-                "{ty:?}: {s} vs {v}"
+            for t in [t, t.without_vnni()] {
+                let v = dot_q8_dispatch(Isa::Avx2(t), ty, &bytes, &qx, 0);
+                assert!(
+                    (s - v).abs() <= 1e-4 * s.abs().max(1.0),
+                    "{ty:?} {t:?}: {s} vs {v}"
+                );
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_quantizer_matches_scalar() {
+        let Some(t) = x86::token() else {
+            return;
+        };
+        // Exact ties (x.5 steps) included: both paths round them to even.
+        let mut xs = values(5, 32 * 40);
+        xs[..32].copy_from_slice(&std::array::from_fn::<f32, 32, _>(|i| i as f32 * 0.5));
+        xs[32..64].fill(0.0);
+        for c in xs.chunks_exact(QK) {
+            let v: &[f32; QK] = c.try_into().unwrap();
+            let (a, b) = (
+                quantize_block_q8(Isa::Scalar, v),
+                quantize_block_q8(Isa::Avx2(t), v),
             );
+            assert_eq!(a.qs, b.qs);
+            assert_eq!((a.d, a.sums, a.s), (b.d, b.sums, b.s));
         }
     }
 
     #[test]
     fn matmul_batches_agree_with_single_rows() {
-        for ty in [
-            GgmlType::Q4_1,
-            GgmlType::Q8_0,
-            GgmlType::F32,
-            GgmlType::Q6_K,
+        for (ty, batch) in [
+            (GgmlType::Q4_1, 6),
+            (GgmlType::Q4_1, 1),
+            (GgmlType::Q4_1, 2),
+            (GgmlType::Q4_1, 19),
+            (GgmlType::Q4_0, 11),
+            (GgmlType::Q8_0, 9),
+            (GgmlType::Q8_0, 1),
+            (GgmlType::F32, 6),
+            (GgmlType::Q6_K, 6),
         ] {
-            let (rows, cols, batch) = (37, 256, 6);
+            let (rows, cols) = (37, 256);
             let w = values(1, rows * cols);
             let rb = ty.row_bytes(cols).unwrap();
             let mut bytes = vec![0u8; rb * rows];
@@ -1374,6 +2125,85 @@ mod tests {
                     assert_eq!(out[b * rows + r], want, "{ty:?} row {r} batch {b}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn matmul_many_matches_separate_matmuls() {
+        let (cols, batch) = (128, 3);
+        let xs = values(3, cols * batch);
+        let mats: Vec<(GgmlType, usize, Vec<u8>)> = [
+            (GgmlType::Q4_1, 70),
+            (GgmlType::Q8_0, 9),
+            (GgmlType::F16, 5),
+        ]
+        .into_iter()
+        .map(|(ty, rows)| {
+            let rb = ty.row_bytes(cols).unwrap();
+            let w = values(rows as u64, rows * cols);
+            let mut bytes = vec![0u8; rb * rows];
+            for (r, b) in w.chunks_exact(cols).zip(bytes.chunks_exact_mut(rb)) {
+                quantize_row(ty, r, b).unwrap();
+            }
+            (ty, rows, bytes)
+        })
+        .collect();
+        let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.1 * batch]).collect();
+        let mut jobs: Vec<MatJob<'_>> = mats
+            .iter()
+            .zip(&mut outs)
+            .map(|((ty, rows, w), out)| MatJob {
+                ty: *ty,
+                weights: w,
+                packed: None,
+                n_rows: *rows,
+                out,
+            })
+            .collect();
+        let mut scratch = QuantizedActivations::default();
+        matmul_many(&mut jobs, cols, &xs, &mut scratch).unwrap();
+        for ((ty, rows, w), got) in mats.iter().zip(&outs) {
+            let mut want = vec![0f32; rows * batch];
+            matmul(*ty, w, *rows, cols, &xs, &mut want).unwrap();
+            assert_eq!(got, &want, "{ty:?}");
+        }
+    }
+
+    #[test]
+    fn packed_matches_plain_and_batches_exactly() {
+        let (rows, cols, batch) = (24, 256, 9);
+        let ty = GgmlType::Q4_1;
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut w = vec![0u8; rb * rows];
+        for (r, b) in values(8, rows * cols)
+            .chunks_exact(cols)
+            .zip(w.chunks_exact_mut(rb))
+        {
+            quantize_row(ty, r, b).unwrap();
+        }
+        let Some(pm) = PackedMatrix::new(ty, &w, rows, cols) else {
+            println!("no packed kernels on this CPU");
+            return;
+        };
+        let xs = values(9, cols * batch);
+        let run = |packed: Option<&PackedMatrix>, xs: &[f32]| {
+            let mut out = vec![0f32; rows * (xs.len() / cols)];
+            let mut job = [MatJob {
+                ty,
+                weights: &w,
+                packed,
+                n_rows: rows,
+                out: &mut out,
+            }];
+            matmul_many(&mut job, cols, xs, &mut QuantizedActivations::default()).unwrap();
+            out
+        };
+        let (plain, packed) = (run(None, &xs), run(Some(&pm), &xs));
+        for (a, b) in plain.iter().zip(&packed) {
+            assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
+        }
+        for (v, x) in xs.chunks_exact(cols).enumerate() {
+            assert_eq!(run(Some(&pm), x), packed[v * rows..(v + 1) * rows]);
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use acs_llama::quant::{GgmlType, matmul_q8, quantize_activations, quantize_row};
+use acs_llama::quant::{GgmlType, QuantizedActivations, matmul_q8, quantize_row};
 
 fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
@@ -23,23 +23,21 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
     out
 }
 
-/// Median GB/s over several timed runs of `iters` matmuls cycling through `mats`.
+/// Best GB/s of several timed runs of `iters` matmuls cycling through `mats` (the best
+/// run is the one least disturbed by other processes on a shared machine).
 fn bench(ty: GgmlType, rows: usize, cols: usize, batch: usize, n_mats: usize) -> f64 {
     let mats: Vec<Vec<u8>> = (0..n_mats)
         .map(|i| weights(ty, rows, cols, i as u32 + 1))
         .collect();
-    let xs: Vec<_> = (0..batch)
-        .map(|b| {
-            quantize_activations(
-                &(0..cols)
-                    .map(|i| ((i + b) % 7) as f32 - 3.0)
-                    .collect::<Vec<_>>(),
-            )
-        })
+    let flat: Vec<f32> = (0..batch * cols)
+        .map(|i| ((i % cols + i / cols) % 7) as f32 - 3.0)
         .collect();
+    let mut xs = QuantizedActivations::default();
+    xs.quantize_from(&flat, cols).unwrap();
     let mut out = vec![0f32; rows * batch];
     let bytes = mats[0].len() as f64;
-    let iters = ((2e8 / bytes) as usize).max(n_mats);
+    // About 0.2 GB of weights per run, less for big batches (compute-bound).
+    let iters = ((2e8 / bytes / batch.min(16) as f64) as usize).max(n_mats);
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
@@ -48,8 +46,7 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batch: usize, n_mats: usize) ->
         }
         rates.push(bytes * iters as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
-    rates.sort_by(f64::total_cmp);
-    rates[2]
+    rates.into_iter().fold(0.0, f64::max)
 }
 
 #[test]
@@ -63,7 +60,8 @@ fn matmul_throughput() {
         (GgmlType::Q4_K, 1536, 768),
         (GgmlType::Q6_K, 1536, 768),
     ] {
-        for batch in [1, 8] {
+        // 1 and 8: decode steps; 128: a prefill.
+        for batch in [1, 8, 128] {
             // One matrix (cache-hot) and 64 distinct ones (streamed from DRAM).
             let hot = bench(ty, rows, cols, batch, 1);
             let n_cold = (64 * 1536 * 576 / (rows * cols)).max(1);
@@ -76,4 +74,59 @@ fn matmul_throughput() {
             );
         }
     }
+}
+
+/// Best-of-N wall times of the forward pass on the default model (the best run is the
+/// one least disturbed by other processes on a shared machine): prefill of 128 tokens,
+/// decode steps of one and of eight sequences. Skipped when the model is absent.
+#[test]
+#[ignore = "benchmark"]
+fn forward_best_of() {
+    use acs_llama::model::{Logits, Model, SeqInput};
+    let Some(home) = std::env::var_os("HOME") else {
+        return;
+    };
+    let path =
+        std::path::Path::new(&home).join(".cache/acs/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        println!("no model at {}", path.display());
+        return;
+    }
+    let model = Model::open(&path).unwrap();
+    let ids: Vec<u32> = (0..128u32).map(|i| 100 + i * 37 % 5000).collect();
+    let step = |caches: &mut [acs_llama::model::KvCache], toks: &[u32]| {
+        let mut batch: Vec<SeqInput<'_>> = caches
+            .iter_mut()
+            .map(|cache| SeqInput {
+                cache,
+                tokens: toks,
+                steering: &[],
+                capture: &[],
+                logits: Logits::Last,
+            })
+            .collect();
+        model.forward(&mut batch).unwrap();
+    };
+    let (mut pre, mut d1, mut d8) = (f64::MAX, f64::MAX, f64::MAX);
+    for _ in 0..7 {
+        let mut c = [model.new_cache()];
+        let t = Instant::now();
+        step(&mut c, &ids);
+        pre = pre.min(t.elapsed().as_secs_f64());
+        let mut eight = vec![c[0].clone(); 8];
+        for _ in 0..16 {
+            let t = Instant::now();
+            step(&mut c, &[42]);
+            d1 = d1.min(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            step(&mut eight, &[42]);
+            d8 = d8.min(t.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "best of: prefill {:.1} tok/s | decode x1 {:.1} tok/s | decode x8 {:.1} tok/s",
+        128.0 / pre,
+        1.0 / d1,
+        8.0 / d8
+    );
 }

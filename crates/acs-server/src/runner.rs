@@ -2,11 +2,12 @@
 //! runs them on the engine, and finishes them (result + charge in one transaction).
 //! Also purges expired results.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use acs_core::jobs::{self, Start};
 use acs_core::request::{Endpoint, hold_tokens, parse_json_object};
-use acs_core::{ApiError, CompletionRequest, Job, JobStatus, Outcome, Store};
+use acs_core::{ApiError, CompletionRequest, Job, JobId, JobStatus, Outcome, Store};
 use acs_engine::{Event, Generation};
 use tokio::sync::mpsc;
 
@@ -20,8 +21,11 @@ const POLL: Duration = Duration::from_millis(250);
 /// Runs forever: dispatches queued jobs, purges expired results.
 pub async fn dispatch(state: AppState) {
     let mut last_purge = std::time::Instant::now();
+    // Jobs waiting for their Hold keep their prepared work, so that each poll does
+    // not tokenize them again.
+    let mut prepared = HashMap::new();
     loop {
-        if let Err(e) = dispatch_once(&state).await {
+        if let Err(e) = dispatch_once(&state, &mut prepared).await {
             tracing::error!(error = %e, "job dispatch failed");
         }
         if last_purge.elapsed() > Duration::from_secs(10) {
@@ -40,16 +44,24 @@ pub async fn dispatch(state: AppState) {
     }
 }
 
-async fn dispatch_once(state: &AppState) -> Result<(), ApiError> {
+async fn dispatch_once(
+    state: &AppState,
+    prepared: &mut HashMap<JobId, Generation>,
+) -> Result<(), ApiError> {
     let queued = state
         .db
         .tx(|s| Ok(s.jobs_with_status(JobStatus::Queued)?))?;
+    // Forget the work of jobs that left the queue some other way (cancelled).
+    prepared.retain(|id, _| queued.iter().any(|j| j.id == *id));
     for job in queued {
-        let req = parse_json_object(job.body.as_bytes())
-            .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs));
-        let generation = match req {
-            Ok(r) => prepare_request(state, r).await,
-            Err(e) => Err(e),
+        let generation = match prepared.remove(&job.id) {
+            Some(g) => Ok(g),
+            None => match parse_json_object(job.body.as_bytes())
+                .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs))
+            {
+                Ok(r) => prepare_request(state, r).await,
+                Err(e) => Err(e),
+            },
         };
         let now = state.now();
         let retention = state.config.retention_ms;
@@ -73,7 +85,10 @@ async fn dispatch_once(state: &AppState) -> Result<(), ApiError> {
             .tx(|s| jobs::start(s, job.id, hold, now, retention))?
         {
             Start::Started(job) => spawn_run(state.clone(), job, generation),
-            Start::Waiting(_) | Start::Failed(_) => {}
+            Start::Waiting(_) => {
+                prepared.insert(job.id, generation);
+            }
+            Start::Failed(_) => {}
         }
     }
     Ok(())

@@ -619,11 +619,12 @@ pub enum Logits {
     All,
 }
 
-/// One sequence's part of a batch step.
+/// One sequence's part of a batch step. `C` is the backend's cache (the CPU's
+/// [`KvCache`] here; the WebGPU backend's `GpuCache`), so both take the same input.
 #[derive(Debug)]
-pub struct SeqInput<'a> {
+pub struct SeqInput<'a, C = KvCache> {
     /// Its cache; the new tokens are appended.
-    pub cache: &'a mut KvCache,
+    pub cache: &'a mut C,
     /// The new tokens.
     pub tokens: &'a [u32],
     /// Vectors to add after given blocks, for this sequence only.

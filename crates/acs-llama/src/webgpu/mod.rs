@@ -21,7 +21,7 @@ use std::task::{Poll, Waker};
 use wgpu::util::DeviceExt;
 
 use crate::gguf::{GgufError, GgufFile};
-use crate::model::{LayerAdd, LlamaConfig, Logits, ModelError, SeqOutput};
+use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput};
 use crate::quant::{self, GgmlType};
 
 /// The weight formats with a WGSL kernel here (`dequant.wgsl`).
@@ -232,20 +232,8 @@ impl GpuCache {
     }
 }
 
-/// One sequence's part of a batch step (as [`crate::model::SeqInput`]).
-#[derive(Debug)]
-pub struct GpuSeqInput<'a> {
-    /// Its cache; the new tokens are appended.
-    pub cache: &'a mut GpuCache,
-    /// The new tokens.
-    pub tokens: &'a [u32],
-    /// Vectors to add after given blocks, for this sequence only.
-    pub steering: &'a [LayerAdd],
-    /// Blocks after which to copy out the residual stream of the new tokens.
-    pub capture: &'a [usize],
-    /// Which logits to return.
-    pub logits: Logits,
-}
+/// One sequence's part of a batch step: the CPU's input, over a device cache.
+pub type GpuSeqInput<'a> = SeqInput<'a, GpuCache>;
 
 /// The format and byte range of tensor `name`, checked to be `rows × cols`.
 fn check_dims(

@@ -905,7 +905,9 @@ impl TensorStream {
         for t in &header.tensors {
             order.push((t.clone(), header.tensor_range(t)?.start));
         }
-        order.sort_by_key(|(_, start)| *start);
+        // Ties broken by length: an empty tensor may share its offset with the tensor
+        // that follows it, and must be delivered before that tensor's bytes pass by.
+        order.sort_by_key(|(t, start)| (*start, t.n_bytes));
         Ok(TensorStream {
             order,
             next: 0,

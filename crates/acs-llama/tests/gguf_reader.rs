@@ -579,3 +579,29 @@ fn real_model_matches_python_reference() {
     let norm = y.iter().map(|v| v * v).sum::<f32>().sqrt();
     assert!((norm - 11.160212).abs() < 0.05, "{norm}");
 }
+
+/// Found by fuzzing: an empty tensor listed after a tensor at the same offset was
+/// delivered after the stream had passed that offset, and the stream underflowed.
+#[test]
+fn stream_delivers_an_empty_tensor_sharing_an_offset() {
+    let data = include_bytes!("../fuzz/seeds/zero-length-tensor-after-its-twin.bin");
+    let HeaderParse::Complete(h) = GgufHeader::parse(data).unwrap() else {
+        panic!("the header is complete");
+    };
+    let in_file = h.check_file_len(data.len() as u64).is_ok();
+    for size in [1, 7, 61, data.len()] {
+        let mut stream = TensorStream::new(&h).unwrap();
+        let mut seen = 0;
+        for chunk in data.chunks(size) {
+            stream
+                .push(chunk, |t, b| {
+                    assert_eq!(b.len() as u64, t.n_bytes);
+                    seen += 1;
+                    Ok::<(), GgufError>(())
+                })
+                .unwrap();
+        }
+        assert_eq!(stream.finish().is_ok(), in_file, "chunks of {size}");
+        assert!(!in_file || seen == h.tensors.len());
+    }
+}

@@ -53,6 +53,8 @@ pub enum ErrorCode {
     ResultExpired,
     /// The engine cannot take more work right now.
     Overloaded,
+    /// No upstream model server answered (the edge's proxy).
+    UpstreamUnavailable,
     /// A bug or a failed dependency on the server's side.
     Internal,
 }
@@ -79,6 +81,7 @@ impl ErrorCode {
             IdempotencyKeyReused => 422,
             BudgetHeld | TooManyRunning => 429,
             Internal => 500,
+            UpstreamUnavailable => 502,
             Overloaded => 503,
         }
     }
@@ -90,7 +93,7 @@ impl ErrorCode {
             BudgetExhausted => "insufficient_quota",
             BudgetHeld | TooManyRunning => "rate_limit_error",
             InvalidApiKey => "authentication_error",
-            Internal | Overloaded => "server_error",
+            Internal | Overloaded | UpstreamUnavailable => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -121,6 +124,7 @@ impl ErrorCode {
             JobCancelled => "job_cancelled",
             ResultExpired => "result_expired",
             Overloaded => "overloaded",
+            UpstreamUnavailable => "upstream_unavailable",
             Internal => "internal_error",
         }
     }
@@ -128,7 +132,7 @@ impl ErrorCode {
     /// Parses a `code` string back, for errors read from storage or an upstream.
     pub fn from_code(code: &str) -> Option<Self> {
         use ErrorCode::*;
-        const ALL: [ErrorCode; 23] = [
+        const ALL: [ErrorCode; 24] = [
             InvalidJson,
             UnknownParameter,
             MissingParameter,
@@ -151,6 +155,7 @@ impl ErrorCode {
             JobCancelled,
             ResultExpired,
             Overloaded,
+            UpstreamUnavailable,
             Internal,
         ];
         ALL.into_iter().find(|c| c.code() == code)

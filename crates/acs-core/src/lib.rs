@@ -6,6 +6,7 @@
 //! - [`ledger`]: Budgets, Holds and traffic limits;
 //! - [`job`] and [`jobs`]: the job state machine and its rules;
 //! - [`store`]: the storage trait those rules run on, and an in-memory store;
+//! - [`sql`]: that trait on SQLite, shared by the server and the edge;
 //! - [`clock`] and [`ids`]: time and identifiers, with no I/O of their own.
 //!
 //! Nothing here does I/O or needs an async runtime, so the same code builds for
@@ -19,6 +20,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod request;
 pub mod response;
+pub mod sql;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, Timestamp};

@@ -158,6 +158,25 @@ pub struct BudgetView {
     pub max_running: u32,
 }
 
+impl BudgetView {
+    /// The traffic headers every response of the key carries, as (name, value).
+    pub fn headers(&self) -> [(&'static str, String); 3] {
+        [
+            ("x-ratelimit-limit-requests", self.max_running.to_string()),
+            (
+                "x-ratelimit-remaining-requests",
+                self.max_running.saturating_sub(self.running).to_string(),
+            ),
+            (
+                "x-budget-remaining-tokens",
+                self.tokens_left
+                    .saturating_sub(self.tokens_held)
+                    .to_string(),
+            ),
+        ]
+    }
+}
+
 /// A page of a list, in the OpenAI list shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct List<T> {

@@ -24,7 +24,7 @@ use tower_http::services::ServeDir;
 
 use crate::cli::random;
 use crate::db::Db;
-use crate::{completions, jobs_http};
+use crate::{completions, edge, jobs_http};
 
 /// The tutorial's model id, served as an alias of the default model.
 pub const TUTORIAL_ALIAS: &str = "llama-8b";
@@ -40,6 +40,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How long job results and idempotency keys are kept.
     pub retention_ms: i64,
+    /// The secret of a trusted edge, which may call the `/edge` routes.
+    pub edge_secret: Option<String>,
 }
 
 /// A real clock.
@@ -157,17 +159,9 @@ pub fn set_header(h: &mut HeaderMap, name: &'static str, value: &str) {
 
 /// The traffic headers of a key's responses.
 pub fn budget_headers(h: &mut HeaderMap, v: &BudgetView) {
-    set_header(h, "x-ratelimit-limit-requests", &v.max_running.to_string());
-    set_header(
-        h,
-        "x-ratelimit-remaining-requests",
-        &v.max_running.saturating_sub(v.running).to_string(),
-    );
-    set_header(
-        h,
-        "x-budget-remaining-tokens",
-        &v.tokens_left.saturating_sub(v.tokens_held).to_string(),
-    );
+    for (name, value) in v.headers() {
+        set_header(h, name, &value);
+    }
 }
 
 /// The key of `Authorization: Bearer <key>`, or 401.
@@ -304,6 +298,11 @@ pub fn router(state: AppState, web: Option<std::path::PathBuf>) -> Router {
             "/v1/completion-jobs/{id}/cancel",
             post(jobs_http::cancel).fallback(method_not_allowed),
         )
+        .route(
+            "/edge/v1/prepare",
+            post(edge::prepare).fallback(method_not_allowed),
+        )
+        .route("/edge/v1/run", post(edge::run).fallback(method_not_allowed))
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
         .with_state(state);

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use acs_core::ids::{completion_id, request_id};
 use acs_core::request::hold_tokens;
 use acs_core::response::{CompletionChunk, TEXT_COMPLETION};
-use acs_core::{ApiError, Completion, CompletionRequest, Endpoint, ledger};
+use acs_core::{ApiError, Completion, CompletionRequest, Endpoint, Usage, ledger};
 use acs_engine::{Event, Finished, prepare};
 use axum::body::Body;
 use axum::extract::State;
@@ -28,11 +28,22 @@ enum Out {
 }
 
 /// A completion that holds its tokens and runs.
-struct Admitted {
+pub struct Admitted {
     /// The request id, also the Hold's id.
     request_id: String,
+    /// Tokens of each prompt, for running usage.
+    prompt_lens: Vec<usize>,
     /// Events of the engine, after settlement.
     rx: mpsc::UnboundedReceiver<Out>,
+}
+
+/// Whose Budget a run draws on.
+#[derive(Debug, Clone, Copy)]
+pub enum Payer<'a> {
+    /// This key's: the run takes a Hold and settles it.
+    Key(&'a str),
+    /// A trusted edge's, which keeps the ledger itself: no Hold here.
+    Edge,
 }
 
 /// Validates and prepares a request body for the engine (tokenizing, and running
@@ -52,19 +63,26 @@ pub async fn prepare_request(
 
 /// Takes the Hold and starts the engine; a task settles the Hold when the engine
 /// reports the end, and cancels the engine's work if the receiver goes away.
-fn admit_and_run(
+pub fn admit_and_run(
     state: &AppState,
-    key_id: &str,
+    payer: Payer<'_>,
     generation: acs_engine::Generation,
 ) -> Result<Admitted, ApiError> {
     let rid = request_id(random());
+    let prompt_lens = generation.prompt_lens();
     let hold = hold_tokens(
-        &generation.prompt_lens(),
+        &prompt_lens,
         generation.n as u32,
         generation.max_tokens as u32,
     );
     let now = state.now();
-    state.db.tx(|s| ledger::admit(s, key_id, &rid, hold, now))?;
+    let settles = match payer {
+        Payer::Key(key_id) => {
+            state.db.tx(|s| ledger::admit(s, key_id, &rid, hold, now))?;
+            true
+        }
+        Payer::Edge => false,
+    };
     let (etx, mut erx) = mpsc::unbounded_channel();
     let ticket = match state
         .engine
@@ -72,7 +90,9 @@ fn admit_and_run(
     {
         Ok(t) => t,
         Err(e) => {
-            state.db.tx(|s| ledger::settle(s, &rid, 0))?;
+            if settles {
+                state.db.tx(|s| ledger::settle(s, &rid, 0))?;
+            }
             return Err(e);
         }
     };
@@ -87,14 +107,16 @@ fn admit_and_run(
                 Event::Delta(d) => Out::Delta(d),
                 Event::Done(f) => {
                     let used = f.usage.total_tokens;
-                    if let Err(err) = db.tx(|s| ledger::settle(s, &hold_id, used)) {
+                    if settles && let Err(err) = db.tx(|s| ledger::settle(s, &hold_id, used)) {
                         tracing::error!(%hold_id, %err, "settling a hold failed");
                     }
                     wake.notify_one();
                     Out::Done(f)
                 }
                 Event::Failed(err) => {
-                    let _ = db.tx(|s| ledger::settle(s, &hold_id, 0));
+                    if settles {
+                        let _ = db.tx(|s| ledger::settle(s, &hold_id, 0));
+                    }
                     wake.notify_one();
                     Out::Failed(err)
                 }
@@ -108,6 +130,7 @@ fn admit_and_run(
     });
     Ok(Admitted {
         request_id: rid,
+        prompt_lens,
         rx: orx,
     })
 }
@@ -136,7 +159,7 @@ pub async fn create(
     let model = req.model.clone();
     let (stream, include_usage) = (req.stream, req.stream_include_usage);
     let generation = prepare_request(&state, req).await?;
-    let admitted = match admit_and_run(&state, &key.id, generation) {
+    let admitted = match admit_and_run(&state, Payer::Key(&key.id), generation) {
         Ok(a) => a,
         Err(e) => {
             // Refusals (402, 429) tell the client where its key stands.
@@ -150,7 +173,7 @@ pub async fn create(
     let view = state.db.tx(|s| ledger::view(s, &key.id))?;
     let rid = admitted.request_id.clone();
     let mut resp = if stream {
-        sse(admitted, model, include_usage)
+        sse(admitted, model, Audience::Client { include_usage })
     } else {
         let mut a = admitted;
         let mut result = None;
@@ -183,42 +206,95 @@ pub async fn create(
     Ok(resp)
 }
 
-/// Server-sent events: one `data:` chunk per engine step, `data: [DONE]` at the end.
-fn sse(a: Admitted, model: String, include_usage: bool) -> Response {
+/// Who reads a stream, and so what it carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Audience {
+    /// A client of the contract: `data:` chunks, an optional usage chunk, `[DONE]`.
+    Client {
+        /// `stream_options.include_usage`.
+        include_usage: bool,
+    },
+    /// A trusted edge, which charges the key itself. Besides the client's chunks (when
+    /// the client streams) it gets the running usage after every step as
+    /// `event: usage` (so that a client who leaves is charged what was generated),
+    /// the whole Completion as `event: result` when the client does not stream, and
+    /// failures as `event: error`.
+    Edge {
+        /// Whether the edge's client streams (and so wants the chunks).
+        chunks: bool,
+        /// The client's `stream_options.include_usage`.
+        include_usage: bool,
+    },
+}
+
+/// Server-sent events: one event per engine step, `data: [DONE]` at the end.
+pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
     let id = completion_id(random());
     let created = unix_now();
-    let chunk = move |choices, usage| CompletionChunk {
-        id: id.clone(),
-        object: TEXT_COMPLETION.into(),
-        created,
-        model: model.clone(),
-        choices,
-        usage,
+    let (chunks, include_usage, edge) = match audience {
+        Audience::Client { include_usage } => (true, include_usage, false),
+        Audience::Edge {
+            chunks,
+            include_usage,
+        } => (chunks, include_usage, true),
     };
-    let events = futures_util::stream::unfold((a.rx, false), move |(mut rx, ended)| {
+    let chunk = {
+        let (id, model) = (id.clone(), model.clone());
+        move |choices, usage| CompletionChunk {
+            id: id.clone(),
+            object: TEXT_COMPLETION.into(),
+            created,
+            model: model.clone(),
+            choices,
+            usage,
+        }
+    };
+    let prompt_lens = a.prompt_lens;
+    // Completion tokens so far: every generated token moves its choice once.
+    let start = (a.rx, false, 0usize);
+    let events = futures_util::stream::unfold(start, move |(mut rx, ended, generated)| {
         let chunk = chunk.clone();
+        let (id, model, prompt_lens) = (id.clone(), model.clone(), prompt_lens.clone());
         async move {
             if ended {
                 return None;
             }
-            let text = match rx.recv().await {
-                Some(Out::Delta(d)) => data_line(&chunk(d, None)),
-                Some(Out::Done(f)) => {
-                    let mut t = String::new();
-                    if include_usage {
+            let mut t = String::new();
+            match rx.recv().await? {
+                Out::Delta(d) => {
+                    let generated = generated + d.len();
+                    if edge {
+                        t.push_str(&usage_event(&Usage::new(&prompt_lens, &[generated])));
+                    }
+                    if chunks {
+                        t.push_str(&data_line(&chunk(d, None)));
+                    }
+                    Some((Ok::<_, Infallible>(t), (rx, false, generated)))
+                }
+                Out::Done(f) => {
+                    if edge {
+                        t.push_str(&usage_event(&f.usage));
+                    }
+                    if chunks && include_usage {
                         t.push_str(&data_line(&chunk(Vec::new(), Some(f.usage))));
                     }
+                    if edge && !chunks {
+                        let c = completion(f, &model, id, created);
+                        t.push_str(&event("result", &c));
+                    }
                     t.push_str("data: [DONE]\n\n");
-                    return Some((Ok::<_, Infallible>(t), (rx, true)));
+                    Some((Ok(t), (rx, true, generated)))
                 }
-                Some(Out::Failed(e)) => {
-                    let mut t = format!("data: {}\n\n", e.to_json());
+                Out::Failed(e) => {
+                    if edge {
+                        t.push_str(&format!("event: error\ndata: {}\n\n", e.to_json()));
+                    } else {
+                        t.push_str(&format!("data: {}\n\n", e.to_json()));
+                    }
                     t.push_str("data: [DONE]\n\n");
-                    return Some((Ok(t), (rx, true)));
+                    Some((Ok(t), (rx, true, generated)))
                 }
-                None => return None,
-            };
-            Some((Ok(text), (rx, false)))
+            }
         }
     });
     (
@@ -236,4 +312,15 @@ fn data_line(c: &CompletionChunk) -> String {
         "data: {}\n\n",
         serde_json::to_string(c).expect("chunks serialise")
     )
+}
+
+fn event(name: &str, body: &impl serde::Serialize) -> String {
+    format!(
+        "event: {name}\ndata: {}\n\n",
+        serde_json::to_string(body).expect("events serialise")
+    )
+}
+
+fn usage_event(u: &Usage) -> String {
+    event("usage", u)
 }

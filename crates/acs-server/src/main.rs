@@ -10,6 +10,7 @@ mod bench;
 mod cli;
 mod completions;
 mod db;
+mod edge;
 mod jobs_http;
 mod keys;
 mod models;

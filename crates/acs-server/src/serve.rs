@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// repeat for several.
     #[arg(long = "control-vector", value_name = "NAME=FILE")]
     control_vectors: Vec<String>,
+    /// Trust an ACS edge (the Cloudflare Worker) that sends this secret: it keeps keys,
+    /// Budgets and jobs itself and calls the `/edge` routes for inference.
+    #[arg(long, env = "ACS_EDGE_SECRET", hide_env_values = true)]
+    edge_secret: Option<String>,
     /// The playground's static files, served at `/` (default: web/ of this checkout).
     #[arg(long)]
     web: Option<PathBuf>,
@@ -101,6 +105,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             aliases: vec![TUTORIAL_ALIAS.to_owned()],
             max_body_bytes: a.max_body_bytes,
             retention_ms: (a.retention_secs as i64).saturating_mul(1000),
+            edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
         }),
         running_jobs: Arc::default(),
         wake: Arc::new(Notify::new()),

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the edge worker into worker/build/: the Rust crate for wasm32, wasm-bindgen's
+# bundler output, and the entry module. Needs wasm-bindgen-cli 0.2.130 on PATH
+# (cargo install wasm-bindgen-cli --version 0.2.130), the version the crate pins.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/acs-target}"
+TARGET_DIR="$CARGO_TARGET_DIR"
+cargo build --manifest-path "$HERE/Cargo.toml" -p acs-edge --release --target wasm32-unknown-unknown
+rm -rf "$HERE/build"
+wasm-bindgen --target bundler --out-dir "$HERE/build" --out-name index \
+  "$TARGET_DIR/wasm32-unknown-unknown/release/acs_edge.wasm"
+cp "$HERE/js/shim.mjs" "$HERE/build/shim.mjs"
+echo "built $(du -b "$HERE/build/index_bg.wasm" | cut -f1) bytes of wasm ($(gzip -9c "$HERE/build/index_bg.wasm" | wc -c) gzipped) in $HERE/build" >&2

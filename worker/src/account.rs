@@ -1,0 +1,743 @@
+//! `Account`, the Durable Object of one API key: its key record (hashed), Budget,
+//! Holds, running count, idempotency records and jobs, on the object's SQLite storage
+//! with the rules of `acs-core`. Inference goes to the upstreams.
+//!
+//! Jobs run from the object's alarm: submitting a job sets the alarm, and the alarm
+//! handler starts queued jobs as their Holds fit and stays until none is queued or
+//! running, so the object is busy (not evicted) while a job runs. The first event of
+//! every new instance recovers what a previous instance left: Holds are released and
+//! running jobs queued again, exactly as `acs serve` does after a restart.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use acs_core::ids::{JobId, KeyHash, body_digest};
+use acs_core::jobs::{self, Begin, Start};
+use acs_core::request::{canonical_json, parse_json_object};
+use acs_core::sql::{SqlConn, SqlValue};
+use acs_core::{
+    ApiError, ApiKey, Budget, CompletionRequest, Endpoint as RequestEndpoint, ErrorCode, Job,
+    JobStatus, Outcome, Store, ledger,
+};
+use futures_util::StreamExt;
+use worker::{
+    AbortController, ByteStream, Delay, DurableObject, Env, Method, Request, Response, State,
+    durable_object,
+};
+
+use crate::auth;
+use crate::http::{self, budget_headers, json, now, random, read_body, set};
+use crate::store::Db;
+use crate::upstream::{Endpoint, EventParser, RunEvent, Upstreams};
+
+/// How often the alarm looks for queued jobs that may start while jobs run.
+const TICK: Duration = Duration::from_millis(200);
+
+/// What the entry worker asks of a key's object when it creates a key.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct NewKey {
+    /// The key's id.
+    pub id: String,
+    /// SHA-256 of the secret.
+    pub hash: String,
+    /// A label.
+    pub name: Option<String>,
+    /// The token Budget.
+    pub tokens: u64,
+    /// The running-request limit.
+    pub max_running: u32,
+}
+
+/// A top-up.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct TopUp {
+    /// Tokens to add.
+    pub tokens: u64,
+}
+
+/// The Durable Object of one API key.
+#[durable_object]
+pub struct Account {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account")
+            .field("running", &self.inner.running.borrow().len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    state: State,
+    db: Db,
+    upstreams: Upstreams,
+    retention_ms: i64,
+    max_body_bytes: usize,
+    /// Whether this instance has recovered what an earlier one left.
+    booted: Cell<bool>,
+    /// Whether an alarm handler is driving jobs now.
+    driving: Cell<bool>,
+    /// Jobs running in this instance, with the switch that stops them.
+    running: RefCell<HashMap<JobId, AbortController>>,
+    /// Hold sizes of queued jobs, so that waiting does not ask upstream again.
+    holds: RefCell<HashMap<JobId, u64>>,
+}
+
+fn env_number(env: &Env, name: &str, default: u64) -> u64 {
+    env.var(name)
+        .ok()
+        .and_then(|v| v.to_string().trim().parse().ok())
+        .unwrap_or(default)
+}
+
+impl DurableObject for Account {
+    fn new(state: State, env: Env) -> Self {
+        let db = Db::open(state.storage()).expect("the object's storage opens");
+        let upstreams = Upstreams::from_env(&env).expect("ACS_UPSTREAMS and ACS_EDGE_SECRET");
+        let retention_ms = env_number(&env, "ACS_RETENTION_SECS", 86_400).saturating_mul(1000);
+        Account {
+            inner: Rc::new(Inner {
+                state,
+                db,
+                upstreams,
+                retention_ms: i64::try_from(retention_ms).unwrap_or(i64::MAX),
+                max_body_bytes: env_number(&env, "ACS_MAX_BODY_BYTES", 4 << 20) as usize,
+                booted: Cell::new(false),
+                driving: Cell::new(false),
+                running: RefCell::default(),
+                holds: RefCell::default(),
+            }),
+        }
+    }
+
+    async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        let inner = &self.inner;
+        let resp = match inner.boot().await {
+            Ok(()) => Rc::clone(inner).route(req).await,
+            Err(e) => Err(e),
+        };
+        Ok(resp.unwrap_or_else(|e| http::error(&e)))
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        let inner = Rc::clone(&self.inner);
+        if let Err(e) = inner.boot().await {
+            worker::console_error!("recovery failed: {e}");
+        }
+        Rc::clone(&inner).drive().await;
+        inner.purge_and_plan().await;
+        Response::ok("")
+    }
+}
+
+impl Inner {
+    /// Once per instance: release the Holds and requeue the running jobs of the
+    /// instance before (nothing of it runs any more), then let queued jobs start.
+    async fn boot(&self) -> Result<(), ApiError> {
+        if self.booted.replace(true) {
+            return Ok(());
+        }
+        let requeued = self.db.tx(jobs::recover)?;
+        if requeued > 0 {
+            worker::console_log!("requeued {requeued} jobs of an earlier instance");
+        }
+        self.wake().await;
+        Ok(())
+    }
+
+    /// Sets the alarm now, so that queued jobs are looked at.
+    async fn wake(&self) {
+        if let Err(e) = self.state.storage().set_alarm(0).await {
+            worker::console_error!("set_alarm: {e}");
+        }
+    }
+
+    async fn route(self: Rc<Self>, mut req: Request) -> Result<Response, ApiError> {
+        let path = req.path();
+        let method = req.method();
+        if let Some(admin) = path.strip_prefix("/internal/") {
+            return self.admin(admin, &mut req).await;
+        }
+        let key = self.authenticate(&req)?;
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (method, segments.as_slice()) {
+            (Method::Get, ["v1", "budget"]) => {
+                let id = key.id.clone();
+                let view = self.db.tx(move |s| ledger::view(s, &id))?;
+                let resp = json(200, &view);
+                budget_headers(resp.headers(), &view);
+                Ok(resp)
+            }
+            (Method::Post, ["v1", "completions"]) => self.complete(key, &mut req).await,
+            (Method::Post, ["v1", "completion-jobs"]) => self.submit(key, &mut req).await,
+            (Method::Get, ["v1", "completion-jobs"]) => {
+                let url = req.url().map_err(|e| ApiError::internal(e.to_string()))?;
+                let (mut limit, mut after) = (None, None);
+                for (k, v) in url.query_pairs() {
+                    match k.as_ref() {
+                        "limit" => limit = Some(v.into_owned()),
+                        "after" => after = Some(v.into_owned()),
+                        _ => {}
+                    }
+                }
+                let t = now();
+                let page = self
+                    .db
+                    .tx(move |s| jobs::list(s, &key.id, limit.as_deref(), after.as_deref(), t))?;
+                Ok(json(200, &page))
+            }
+            (Method::Get, ["v1", "completion-jobs", id]) => {
+                let id = jobs::parse_id(id)?;
+                let job = self.db.tx(move |s| jobs::owned(s, &key.id, id))?;
+                Ok(self.job_response(200, &job))
+            }
+            (Method::Get, ["v1", "completion-jobs", id, "result"]) => {
+                let id = jobs::parse_id(id)?;
+                let t = now();
+                let completion = self.db.tx(move |s| jobs::result(s, &key.id, id, t))?;
+                let resp = json(200, &completion);
+                set(resp.headers(), "x-request-id", &id.request_id());
+                Ok(resp)
+            }
+            (Method::Post, ["v1", "completion-jobs", id, "cancel"]) => {
+                let id = jobs::parse_id(id)?;
+                let (t, retention) = (now(), self.retention_ms);
+                let job = self
+                    .db
+                    .tx(move |s| jobs::cancel(s, &key.id, id, t, retention))?;
+                if job.status == JobStatus::Running
+                    && let Some(c) = self.running.borrow_mut().remove(&id)
+                {
+                    c.abort();
+                }
+                Ok(self.job_response(200, &job))
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::UnknownRoute,
+                format!("No route {} {path}.", req.method()),
+            )),
+        }
+    }
+
+    /// The key of `Authorization: Bearer <key>`, or 401; the same messages as `acs serve`.
+    fn authenticate(&self, req: &Request) -> Result<ApiKey, ApiError> {
+        let secret = auth::bearer(req)?;
+        let hash = KeyHash::of(&secret);
+        let key = self.db.tx(move |s| Ok(s.key_by_hash(&hash)?))?;
+        match key {
+            Some(k) if !k.revoked => Ok(k),
+            Some(_) => Err(auth::unauthorized("This API key was revoked.")),
+            None => Err(auth::unauthorized("Incorrect API key provided.")),
+        }
+    }
+
+    /// The entry worker's key administration (it checked the admin secret).
+    async fn admin(&self, what: &str, req: &mut Request) -> Result<Response, ApiError> {
+        let body = read_body(req, 64 << 10).await?;
+        let bad = |e: serde_json::Error| ApiError::invalid_value("body", e.to_string());
+        match what {
+            "create" => {
+                let k: NewKey = serde_json::from_slice(&body).map_err(bad)?;
+                let t = now();
+                let view = self.db.tx(move |s| {
+                    s.put_key(&ApiKey {
+                        id: k.id.clone(),
+                        hash: KeyHash(k.hash),
+                        name: k.name,
+                        created_at: t,
+                        revoked: false,
+                    })?;
+                    s.put_budget(
+                        &k.id,
+                        &Budget {
+                            tokens_left: k.tokens.min(acs_core::sql::MAX_SAFE_INTEGER),
+                            max_running: k.max_running,
+                        },
+                    )?;
+                    ledger::view(s, &k.id)
+                })?;
+                Ok(json(201, &view))
+            }
+            "top-up" => {
+                let t: TopUp = serde_json::from_slice(&body).map_err(bad)?;
+                let view = self.db.tx(move |s| {
+                    let key = only_key(s)?;
+                    ledger::top_up(s, &key.id, t.tokens)?;
+                    ledger::view(s, &key.id)
+                })?;
+                // More tokens may let waiting jobs start.
+                self.wake().await;
+                Ok(json(200, &view))
+            }
+            "revoke" => {
+                let key = self.db.tx(|s| {
+                    let mut key = only_key(s)?;
+                    key.revoked = true;
+                    s.put_key(&key)?;
+                    Ok(key)
+                })?;
+                Ok(json(
+                    200,
+                    &serde_json::json!({ "id": key.id, "revoked": true }),
+                ))
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::UnknownRoute,
+                "No such admin route.",
+            )),
+        }
+    }
+
+    fn job_response(&self, status: u16, job: &Job) -> Response {
+        let resp = json(status, &job.view(now()));
+        set(resp.headers(), "x-request-id", &job.id.request_id());
+        let key_id = job.key_id.clone();
+        if let Ok(v) = self.db.tx(move |s| ledger::view(s, &key_id)) {
+            budget_headers(resp.headers(), &v);
+        }
+        resp
+    }
+
+    /// A refusal, with the traffic headers that tell the client where its key stands.
+    fn refusal(&self, key_id: &str, e: &ApiError) -> Response {
+        let resp = http::error(e);
+        let key_id = key_id.to_owned();
+        if let Ok(v) = self.db.tx(move |s| ledger::view(s, &key_id)) {
+            budget_headers(resp.headers(), &v);
+        }
+        resp
+    }
+
+    /// Charges `used` of Hold `id` and releases the rest.
+    fn settle(&self, id: &str, used: u64) {
+        let id = id.to_owned();
+        if let Err(e) = self.db.tx(move |s| ledger::settle(s, &id, used)) {
+            worker::console_error!("settling a Hold failed: {e}");
+        }
+    }
+
+    /// `POST /v1/completions`: validate, ask an upstream for the Hold's size, take the
+    /// Hold, run upstream, answer (whole or streamed), settle.
+    async fn complete(
+        self: Rc<Self>,
+        key: ApiKey,
+        req: &mut Request,
+    ) -> Result<Response, ApiError> {
+        let bytes = read_body(req, self.max_body_bytes).await?;
+        let parsed = CompletionRequest::parse(&bytes, RequestEndpoint::Completions)?;
+        let body = String::from_utf8_lossy(&bytes).into_owned();
+        let hold = self
+            .upstreams
+            .hold_tokens(&body, Endpoint::Completions)
+            .await?;
+        let rid = http::new_request_id();
+        let (t, key_id, hold_id) = (now(), key.id.clone(), rid.clone());
+        let admitted = self
+            .db
+            .tx(move |s| ledger::admit(s, &key_id, &hold_id, hold, t));
+        if let Err(e) = admitted {
+            return Ok(self.refusal(&key.id, &e));
+        }
+        let key_id = key.id.clone();
+        let view = self.db.tx(move |s| ledger::view(s, &key_id))?;
+        let resp = if parsed.stream {
+            self.stream(rid.clone(), body).await
+        } else {
+            self.whole(&rid, &body).await
+        }?;
+        budget_headers(resp.headers(), &view);
+        set(resp.headers(), "x-request-id", &rid);
+        Ok(resp)
+    }
+
+    /// A completion answered whole. An upstream that dies before the end is replaced
+    /// by the next (the lost attempt is not charged).
+    async fn whole(&self, rid: &str, body: &str) -> Result<Response, ApiError> {
+        let signal = AbortController::default().signal();
+        let ended = run_to_end(&self.upstreams, body, Endpoint::Completions, &signal).await;
+        match ended {
+            Ok((Outcome::Succeeded(c), used)) => {
+                self.settle(rid, used);
+                Ok(json(200, &c))
+            }
+            Ok((Outcome::Failed(e), _)) | Err(e) => {
+                self.settle(rid, 0);
+                Err(e)
+            }
+            Ok((Outcome::Cancelled, used)) => {
+                self.settle(rid, used);
+                Err(ApiError::internal("the run stopped"))
+            }
+        }
+    }
+
+    /// A streamed completion: the upstream's chunks pass through as they come; the
+    /// Hold is settled when the stream ends, or, when the client goes away, with what
+    /// was generated until then (and the upstream run is cancelled).
+    async fn stream(self: Rc<Self>, rid: String, body: String) -> Result<Response, ApiError> {
+        let controller = AbortController::default();
+        let upstream = match self
+            .upstreams
+            .run(&body, Endpoint::Completions, &controller.signal())
+            .await
+        {
+            Ok(mut r) => r
+                .stream()
+                .map_err(|e| ApiError::internal(format!("upstream body: {e}")))?,
+            Err(e) => {
+                self.settle(&rid, 0);
+                return Err(e);
+            }
+        };
+        let guard = HoldGuard {
+            inner: Rc::clone(&self),
+            hold_id: rid,
+            used: 0,
+            controller: Some(controller),
+        };
+        let state = (upstream, EventParser::default(), guard, false);
+        let events = futures_util::stream::unfold(
+            state,
+            |(mut up, mut parser, mut guard, ended)| async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    let bytes = match up.next().await {
+                        Some(Ok(b)) => b,
+                        Some(Err(_)) | None => {
+                            // The upstream went away mid-stream: end the client's stream
+                            // with the error; the guard charges what was generated.
+                            let e = ApiError::new(
+                                ErrorCode::UpstreamUnavailable,
+                                "The model server went away during the stream.",
+                            );
+                            let text = format!("data: {}\n\ndata: [DONE]\n\n", e.to_json());
+                            guard.close();
+                            return Some((
+                                Ok::<_, worker::Error>(text.into_bytes()),
+                                (up, parser, guard, true),
+                            ));
+                        }
+                    };
+                    let events = match parser.push(&bytes) {
+                        Ok(ev) => ev,
+                        Err(e) => vec![RunEvent::Error(e)],
+                    };
+                    let mut out = String::new();
+                    let mut done = false;
+                    for ev in events {
+                        match ev {
+                            RunEvent::Chunk(data) => {
+                                out.push_str("data: ");
+                                out.push_str(&data);
+                                out.push_str("\n\n");
+                            }
+                            RunEvent::Usage(u) => guard.used = u.total_tokens,
+                            RunEvent::Result(_) => {}
+                            RunEvent::Error(e) => {
+                                guard.used = 0;
+                                out.push_str(&format!("data: {}\n\n", e.to_json()));
+                            }
+                            RunEvent::Done => {
+                                out.push_str("data: [DONE]\n\n");
+                                done = true;
+                            }
+                        }
+                    }
+                    if done {
+                        guard.close();
+                    }
+                    if !out.is_empty() || done {
+                        return Some((Ok(out.into_bytes()), (up, parser, guard, done)));
+                    }
+                }
+            },
+        );
+        let resp = Response::from_stream(events)
+            .map_err(|e| ApiError::internal(format!("stream: {e}")))?;
+        set(resp.headers(), "content-type", "text/event-stream");
+        set(resp.headers(), "cache-control", "no-cache");
+        Ok(resp)
+    }
+
+    /// `POST /v1/completion-jobs`.
+    async fn submit(&self, key: ApiKey, req: &mut Request) -> Result<Response, ApiError> {
+        let idem = match req.headers().get("idempotency-key") {
+            Ok(v) => v,
+            Err(_) => {
+                return Err(ApiError::param(
+                    ErrorCode::InvalidIdempotencyKey,
+                    "Idempotency-Key",
+                    "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+                ));
+            }
+        };
+        let bytes = read_body(req, self.max_body_bytes).await?;
+        let value = parse_json_object(&bytes)?;
+        let parsed = CompletionRequest::from_value(&value, RequestEndpoint::Jobs)?;
+        let canonical = canonical_json(&value);
+        let digest = body_digest(&canonical);
+        let (t, retention) = (now(), self.retention_ms);
+        let (key_id, idem2) = (key.id.clone(), idem.clone());
+        let begun = self
+            .db
+            .tx(move |s| jobs::begin(s, &key_id, idem2.as_deref(), &digest, t, retention))?;
+        if let Begin::Replay(job) = begun {
+            let resp = self.job_response(200, &job);
+            set(resp.headers(), "idempotent-replayed", "true");
+            return Ok(resp);
+        }
+        // Refuse what can never run now, rather than fail the job later.
+        let hold = match self.upstreams.hold_tokens(&canonical, Endpoint::Jobs).await {
+            Ok(h) => h,
+            Err(e) => {
+                let (key_id, idem2) = (key.id.clone(), idem.clone());
+                let _ = self
+                    .db
+                    .tx(move |s| jobs::abandon(s, &key_id, idem2.as_deref()));
+                return Err(e);
+            }
+        };
+        let t = now();
+        let job = Job::new(
+            JobId::new_v7(t, random()),
+            &key.id,
+            &parsed.model,
+            canonical,
+            t,
+        );
+        let job = self.db.tx(move |s| jobs::create(s, job, idem.as_deref()))?;
+        self.holds.borrow_mut().insert(job.id, hold);
+        self.wake().await;
+        Ok(self.job_response(202, &job))
+    }
+
+    /// The alarm's work: start queued jobs as they fit, until none is queued or
+    /// running in this instance.
+    async fn drive(self: Rc<Self>) {
+        if self.driving.replace(true) {
+            return;
+        }
+        loop {
+            let queued = match self.db.tx(|s| Ok(s.jobs_with_status(JobStatus::Queued)?)) {
+                Ok(q) => q,
+                Err(e) => {
+                    worker::console_error!("reading queued jobs: {e}");
+                    Vec::new()
+                }
+            };
+            for job in &queued {
+                Rc::clone(&self).try_start(job.clone()).await;
+            }
+            let still_queued = self
+                .db
+                .tx(|s| Ok(!s.jobs_with_status(JobStatus::Queued)?.is_empty()))
+                .unwrap_or(false);
+            if self.running.borrow().is_empty() && !still_queued {
+                break;
+            }
+            Delay::from(TICK).await;
+        }
+        self.driving.set(false);
+    }
+
+    /// Starts one queued job if its Hold and the traffic limits fit now.
+    async fn try_start(self: Rc<Self>, job: Job) {
+        let cached = self.holds.borrow().get(&job.id).copied();
+        let hold = match cached {
+            Some(h) => h,
+            None => match self.upstreams.hold_tokens(&job.body, Endpoint::Jobs).await {
+                Ok(h) => {
+                    self.holds.borrow_mut().insert(job.id, h);
+                    h
+                }
+                // No upstream now: try again on the next tick.
+                Err(e) if e.code == ErrorCode::UpstreamUnavailable => return,
+                Err(e) => {
+                    // The request became impossible (another model is served now).
+                    let (t, retention) = (now(), self.retention_ms);
+                    let _ = self
+                        .db
+                        .tx(move |s| jobs::fail_queued(s, job, e, t, retention));
+                    return;
+                }
+            },
+        };
+        let (id, t, retention) = (job.id, now(), self.retention_ms);
+        match self.db.tx(move |s| jobs::start(s, id, hold, t, retention)) {
+            Ok(Start::Started(job)) => {
+                self.holds.borrow_mut().remove(&job.id);
+                let controller = AbortController::default();
+                let signal = controller.signal();
+                self.running.borrow_mut().insert(job.id, controller);
+                wasm_bindgen_futures::spawn_local(Rc::clone(&self).run_job(job, signal));
+            }
+            Ok(Start::Failed(job)) => {
+                self.holds.borrow_mut().remove(&job.id);
+            }
+            Ok(Start::Waiting(_)) => {}
+            Err(e) => worker::console_error!("starting job {id}: {e}"),
+        }
+    }
+
+    /// Runs a started job upstream and finishes it: result and charge together.
+    async fn run_job(self: Rc<Self>, job: Job, signal: worker::AbortSignal) {
+        let id = job.id;
+        // A cancel that came between start and now.
+        let cancel_now = self
+            .db
+            .tx(move |s| Ok(s.job(id)?.is_some_and(|j| j.cancel_requested)))
+            .unwrap_or(false);
+        let (outcome, used) = if cancel_now {
+            (Outcome::Cancelled, 0)
+        } else {
+            match run_to_end(&self.upstreams, &job.body, Endpoint::Jobs, &signal).await {
+                Ok(done) => done,
+                Err(e) => (Outcome::Failed(e), 0),
+            }
+        };
+        self.running.borrow_mut().remove(&id);
+        let (t, retention) = (now(), self.retention_ms);
+        if let Err(e) = self
+            .db
+            .tx(move |s| jobs::finish(s, id, outcome, used, t, retention))
+        {
+            worker::console_error!("finishing job {id}: {e}");
+        }
+    }
+
+    /// After driving: purge expired results, and set the alarm for the next expiry.
+    async fn purge_and_plan(&self) {
+        let (t, retention) = (now(), self.retention_ms);
+        if let Err(e) = self.db.tx(move |s| jobs::purge(s, t, retention)) {
+            worker::console_error!("purge: {e}");
+        }
+        let next = self.db.tx(|s| {
+            let rows = s.conn().query(
+                "SELECT MIN(j.expires_at) FROM jobs j JOIN results r ON r.job_id = j.id",
+                &[],
+            )?;
+            Ok(match rows.first().and_then(|r| r.first()) {
+                Some(SqlValue::Int(at)) => Some(*at),
+                _ => None,
+            })
+        });
+        if let Ok(Some(at)) = next {
+            let wait = (at - now().0).max(0) + 50;
+            if let Err(e) = self.state.storage().set_alarm(wait).await {
+                worker::console_error!("set_alarm: {e}");
+            }
+        }
+    }
+}
+
+/// The one key of an object.
+fn only_key(s: &mut crate::store::DoStore) -> Result<ApiKey, ApiError> {
+    s.keys()?
+        .pop()
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "No key with that id."))
+}
+
+/// Runs a body upstream to its end. An upstream that goes away is replaced by the
+/// next (its lost attempt is not charged); a run stopped through `signal` ends
+/// cancelled, charged what it generated.
+async fn run_to_end(
+    upstreams: &Upstreams,
+    body: &str,
+    endpoint: Endpoint,
+    signal: &worker::AbortSignal,
+) -> Result<(Outcome, u64), ApiError> {
+    let mut last = None;
+    for _ in 0..upstreams.len() {
+        match run_once(upstreams, body, endpoint, signal).await {
+            Attempt::Ended(outcome, used) => return Ok((outcome, used)),
+            Attempt::Lost(_, used) if signal.aborted() => return Ok((Outcome::Cancelled, used)),
+            Attempt::Lost(e, _) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ApiError::internal("no upstream attempt ran")))
+}
+
+/// How one upstream attempt ended.
+enum Attempt {
+    /// With an outcome and the tokens to charge.
+    Ended(Outcome, u64),
+    /// The upstream went away (or was cut off) after generating `used` tokens.
+    Lost(ApiError, u64),
+}
+
+async fn run_once(
+    upstreams: &Upstreams,
+    body: &str,
+    endpoint: Endpoint,
+    signal: &worker::AbortSignal,
+) -> Attempt {
+    let mut stream: ByteStream = match upstreams.run(body, endpoint, signal).await {
+        Ok(mut r) => match r.stream() {
+            Ok(s) => s,
+            Err(e) => return Attempt::Lost(ApiError::internal(e.to_string()), 0),
+        },
+        Err(e) if e.code == ErrorCode::UpstreamUnavailable => return Attempt::Lost(e, 0),
+        Err(e) => return Attempt::Ended(Outcome::Failed(e), 0),
+    };
+    let mut parser = EventParser::default();
+    let mut used = 0;
+    while let Some(bytes) = stream.next().await {
+        let Ok(bytes) = bytes else { break };
+        let events = match parser.push(&bytes) {
+            Ok(ev) => ev,
+            Err(e) => return Attempt::Lost(e, used),
+        };
+        for ev in events {
+            match ev {
+                RunEvent::Usage(u) => used = u.total_tokens,
+                RunEvent::Result(c) => {
+                    let used = c.usage.total_tokens;
+                    return Attempt::Ended(Outcome::Succeeded(*c), used);
+                }
+                RunEvent::Error(e) => return Attempt::Ended(Outcome::Failed(e), 0),
+                RunEvent::Chunk(_) | RunEvent::Done => {}
+            }
+        }
+    }
+    Attempt::Lost(
+        ApiError::new(
+            ErrorCode::UpstreamUnavailable,
+            "The model server went away during the run.",
+        ),
+        used,
+    )
+}
+
+/// Settles a streamed completion's Hold exactly once: when the stream ends, or when
+/// the client goes away and the response stream is dropped (which also cancels the
+/// upstream run).
+struct HoldGuard {
+    inner: Rc<Inner>,
+    hold_id: String,
+    /// Tokens generated so far, by the upstream's running usage.
+    used: u64,
+    controller: Option<AbortController>,
+}
+
+impl HoldGuard {
+    fn close(&mut self) {
+        if self.controller.take().is_some() {
+            self.inner.settle(&self.hold_id, self.used);
+        }
+    }
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.controller.take() {
+            c.abort();
+            self.inner.settle(&self.hold_id, self.used);
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The `acs` servers behind the edge: which ones (configuration), how to reach them
+//! (round robin, moving on past one that refuses the connection) and how to read what
+//! they stream back (`acs serve --edge-secret`, see `crates/acs-server/src/edge.rs`).
+
+use std::cell::Cell;
+
+use acs_core::{ApiError, Completion, ErrorBody, ErrorCode, Usage};
+use wasm_bindgen::JsValue;
+use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Response};
+
+/// The header that carries the shared secret to an upstream.
+pub const SECRET_HEADER: &str = "x-acs-edge-secret";
+/// The header that names whose rules validate a body (`completions` or `jobs`).
+pub const ENDPOINT_HEADER: &str = "x-acs-endpoint";
+
+/// The upstreams of this edge, from the `ACS_UPSTREAMS` variable (URLs separated by
+/// commas or spaces) and the `ACS_EDGE_SECRET` secret.
+#[derive(Debug)]
+pub struct Upstreams {
+    urls: Vec<String>,
+    secret: String,
+    /// Where the next request starts its round.
+    next: Cell<usize>,
+}
+
+/// Whose rules validate a body upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/completion-jobs`.
+    Jobs,
+}
+
+impl Endpoint {
+    fn header(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "completions",
+            Endpoint::Jobs => "jobs",
+        }
+    }
+}
+
+fn unavailable(detail: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        ErrorCode::UpstreamUnavailable,
+        format!("No model server answered: {detail}. Retry shortly."),
+    )
+    .with_retry_after(1)
+}
+
+impl Upstreams {
+    /// Reads the configuration.
+    pub fn from_env(env: &Env) -> Result<Upstreams, ApiError> {
+        let urls: Vec<String> = env
+            .var("ACS_UPSTREAMS")
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+            .split([',', ' ', '\n'])
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(ApiError::internal(
+                "ACS_UPSTREAMS lists no upstream acs servers",
+            ));
+        }
+        let secret = env
+            .secret("ACS_EDGE_SECRET")
+            .map(|s| s.to_string())
+            .or_else(|_| env.var("ACS_EDGE_SECRET").map(|s| s.to_string()))
+            .map_err(|_| ApiError::internal("ACS_EDGE_SECRET is not set"))?;
+        Ok(Upstreams {
+            urls,
+            secret,
+            next: Cell::new(0),
+        })
+    }
+
+    /// How many upstreams there are.
+    pub fn len(&self) -> usize {
+        self.urls.len()
+    }
+
+    /// Sends a request to the upstreams in turn, starting with the next of the round,
+    /// until one answers; one that refuses the connection is skipped. Any HTTP answer
+    /// is the answer.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&str, Endpoint)>,
+        signal: Option<&AbortSignal>,
+    ) -> Result<Response, ApiError> {
+        let start = self.next.get();
+        self.next.set(start.wrapping_add(1));
+        let mut last = String::new();
+        for i in 0..self.urls.len() {
+            let base = &self.urls[(start + i) % self.urls.len()];
+            let headers = Headers::new();
+            let set = |k: &str, v: &str| {
+                headers
+                    .set(k, v)
+                    .map_err(|e| ApiError::internal(format!("header {k}: {e}")))
+            };
+            set(SECRET_HEADER, &self.secret)?;
+            let mut init = RequestInit::new();
+            init.with_method(method.clone());
+            if let Some((text, endpoint)) = body {
+                set("content-type", "application/json")?;
+                set(ENDPOINT_HEADER, endpoint.header())?;
+                init.with_body(Some(JsValue::from_str(text)));
+            }
+            init.with_headers(headers);
+            let req = Request::new_with_init(&format!("{base}{path}"), &init)
+                .map_err(|e| ApiError::internal(format!("upstream request: {e}")))?;
+            let sent = match signal {
+                Some(s) => Fetch::Request(req).send_with_signal(s).await,
+                None => Fetch::Request(req).send().await,
+            };
+            match sent {
+                Ok(resp) => return Ok(resp),
+                Err(e) => {
+                    if signal.is_some_and(AbortSignal::aborted) {
+                        return Err(unavailable("the request was cancelled"));
+                    }
+                    worker::console_warn!("upstream {base} failed: {e}");
+                    last = format!("{base}: {e}");
+                }
+            }
+        }
+        Err(unavailable(last))
+    }
+
+    /// `GET path` on an upstream.
+    pub async fn get(&self, path: &str) -> Result<Response, ApiError> {
+        self.send(Method::Get, path, None, None).await
+    }
+
+    /// How many tokens the request would hold: the upstream validates it against its
+    /// model (and answers the contract's error when it is wrong).
+    pub async fn hold_tokens(&self, body: &str, endpoint: Endpoint) -> Result<u64, ApiError> {
+        let mut resp = self
+            .send(
+                Method::Post,
+                "/edge/v1/prepare",
+                Some((body, endpoint)),
+                None,
+            )
+            .await?;
+        if resp.status_code() != 200 {
+            return Err(error_of(&mut resp).await);
+        }
+        #[derive(serde::Deserialize)]
+        struct Prepared {
+            hold_tokens: u64,
+        }
+        let p: Prepared = resp
+            .json()
+            .await
+            .map_err(|e| unavailable(format!("unreadable prepare answer: {e}")))?;
+        Ok(p.hold_tokens)
+    }
+
+    /// Starts the run of a request on an upstream; read it with [`EventParser`].
+    pub async fn run(
+        &self,
+        body: &str,
+        endpoint: Endpoint,
+        signal: &AbortSignal,
+    ) -> Result<Response, ApiError> {
+        let mut resp = self
+            .send(
+                Method::Post,
+                "/edge/v1/run",
+                Some((body, endpoint)),
+                Some(signal),
+            )
+            .await?;
+        if resp.status_code() != 200 {
+            return Err(error_of(&mut resp).await);
+        }
+        Ok(resp)
+    }
+}
+
+/// The contract's error an upstream answered, or 502 when it answered something else.
+pub async fn error_of(resp: &mut Response) -> ApiError {
+    let status = resp.status_code();
+    let text = resp.text().await.unwrap_or_default();
+    serde_json::from_str::<ErrorBody>(&text)
+        .ok()
+        .and_then(|b| ApiError::from_body(&b))
+        .unwrap_or_else(|| unavailable(format!("the upstream answered {status}")))
+}
+
+/// One event of an upstream's run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    /// A chunk for a streaming client, as JSON text.
+    Chunk(String),
+    /// Usage so far.
+    Usage(Usage),
+    /// The whole Completion (clients that do not stream).
+    Result(Box<Completion>),
+    /// The run failed.
+    Error(ApiError),
+    /// The end.
+    Done,
+}
+
+/// Splits a server-sent event stream into [`RunEvent`]s as its bytes arrive.
+#[derive(Debug, Default)]
+pub struct EventParser {
+    buf: Vec<u8>,
+}
+
+impl EventParser {
+    /// Takes more bytes; returns the events they complete.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<RunEvent>, ApiError> {
+        self.buf.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+            let text = std::str::from_utf8(&block)
+                .map_err(|_| unavailable("the upstream sent an event that is not UTF-8"))?;
+            let (mut name, mut data) = (None, String::new());
+            for line in text.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = Some(v.trim());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+            let bad = |what: &str, e: serde_json::Error| {
+                unavailable(format!("the upstream sent a bad {what} event: {e}"))
+            };
+            events.push(match name {
+                None if data == "[DONE]" => RunEvent::Done,
+                None => RunEvent::Chunk(data),
+                Some("usage") => {
+                    RunEvent::Usage(serde_json::from_str(&data).map_err(|e| bad("usage", e))?)
+                }
+                Some("result") => {
+                    RunEvent::Result(serde_json::from_str(&data).map_err(|e| bad("result", e))?)
+                }
+                Some("error") => {
+                    let body: ErrorBody =
+                        serde_json::from_str(&data).map_err(|e| bad("error", e))?;
+                    RunEvent::Error(
+                        ApiError::from_body(&body)
+                            .unwrap_or_else(|| ApiError::internal(body.error.message)),
+                    )
+                }
+                Some(_) => continue,
+            });
+        }
+        Ok(events)
+    }
+}

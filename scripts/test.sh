@@ -49,3 +49,12 @@ XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test -p acs-llama --features we
 step "conformance suite against acs serve (tests/conformance)"
 cargo build -p acs-server
 ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_acs.sh -q
+
+step "edge worker: wasm32 build and wasm-bindgen (worker/build.sh)"
+worker/build.sh
+
+step "conformance suite against the edge worker in workerd"
+ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_edge.sh -q
+
+step "edge: two upstreams, failover, jobs charged once, key isolation, admin (tests/edge)"
+ACS_BIN="$CARGO_TARGET_DIR/debug/acs" "${PYTHON:-python3}" -m pytest -q tests/edge

@@ -84,16 +84,21 @@ impl Upstreams {
 
     /// Sends a request to the upstreams in turn, starting with the next of the round,
     /// until one answers; one that refuses the connection is skipped. Any HTTP answer
-    /// is the answer.
+    /// is the answer. Only runs move the round on, so that a request's prepare and
+    /// run go to the same upstream and runs take turns. `run` is the stop switch of a
+    /// run, `None` for any other request.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<(&str, Endpoint)>,
-        signal: Option<&AbortSignal>,
+        run: Option<&AbortSignal>,
     ) -> Result<Response, ApiError> {
+        let signal = run;
         let start = self.next.get();
-        self.next.set(start.wrapping_add(1));
+        if run.is_some() {
+            self.next.set(start.wrapping_add(1));
+        }
         let mut last = String::new();
         for i in 0..self.urls.len() {
             let base = &self.urls[(start + i) % self.urls.len()];

@@ -1,0 +1,330 @@
+"""The edge worker in workerd in front of two real `acs serve` upstreams: failover when
+an upstream dies mid-run, jobs charged once, a client that goes away, key isolation
+and the admin secret.
+
+Needs: ACS_BIN (an acs binary), ACS_TEST_MODEL (a GGUF; the default SmolLM2), and the
+built worker (worker/build.sh). tests/edge/run.sh sets them up.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import httpx
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ACS_BIN = os.environ.get("ACS_BIN", "/root/.cache/acs-target/release/acs")
+MODEL = os.environ.get("ACS_TEST_MODEL")
+EDGE_SECRET = "edge-test-secret"
+ADMIN_SECRET = "admin-test-secret"
+# Token ids 0..2 are SmolLM2's special tokens and EOS: banned, choices run to max_tokens.
+NO_EOS = {str(i): -100 for i in (0, 1, 2)}
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for(url: str, proc: subprocess.Popen, log: pathlib.Path, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+class Upstream:
+    """One `acs serve --edge-secret` process, which can be killed and started again."""
+
+    def __init__(self, data: pathlib.Path):
+        self.port = free_port()
+        self.data = data
+        self.log = data / "serve.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [ACS_BIN, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.data)]
+        if MODEL:
+            args += ["--model", MODEL, "--model-id", "SmolLM2-135M-Instruct"]
+        env = dict(os.environ, ACS_EDGE_SECRET=EDGE_SECRET)
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        wait_for(f"{self.url}/health", self.proc, self.log)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time so far, to tell which upstream is generating."""
+        assert self.proc is not None
+        fields = pathlib.Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Edge:
+    def __init__(self, tmp: pathlib.Path, upstreams: list[Upstream]):
+        self.port = free_port()
+        self.log = tmp / "edge.log"
+        env = dict(
+            os.environ,
+            ACS_UPSTREAMS=",".join(u.url for u in upstreams),
+            ACS_EDGE_SECRET=EDGE_SECRET,
+            ACS_ADMIN_SECRET=ADMIN_SECRET,
+            ACS_EDGE_DATA=str(tmp / "edge"),
+            ACS_EDGE_ADDR=f"127.0.0.1:{self.port}",
+        )
+        self.proc = subprocess.Popen([str(ROOT / "worker" / "run-local.sh")], env=env,
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        wait_for(f"{self.url}/health", self.proc, self.log)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def new_key(self, tokens: int, max_running: int = 16) -> str:
+        r = httpx.post(f"{self.url}/admin/keys", json={"tokens": tokens, "max_running": max_running},
+                       headers={"authorization": f"Bearer {ADMIN_SECRET}"})
+        assert r.status_code == 201, r.text
+        return r.json()["key"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="acs-edge-test.") as d:
+        tmp = pathlib.Path(d)
+        ups = []
+        for name in ("a", "b"):
+            (tmp / name).mkdir()
+            u = Upstream(tmp / name)
+            u.start()
+            ups.append(u)
+        edge = Edge(tmp, ups)
+        try:
+            yield edge, ups
+        finally:
+            for p in [edge.proc] + [u.proc for u in ups]:
+                if p and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
+def auth(key: str) -> dict:
+    return {"authorization": f"Bearer {key}"}
+
+
+def budget(edge: Edge, key: str) -> dict:
+    r = httpx.get(f"{edge.url}/v1/budget", headers=auth(key))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def settle_budget(edge: Edge, key: str, timeout: float = 30) -> dict:
+    """The budget once nothing of the key runs any more."""
+    deadline = time.time() + timeout
+    while True:
+        b = budget(edge, key)
+        if b["running"] == 0 or time.time() > deadline:
+            return b
+        time.sleep(0.1)
+
+
+def ensure_up(ups: list[Upstream]) -> None:
+    for u in ups:
+        if u.proc is None or u.proc.poll() is not None:
+            u.start()
+
+
+def busiest(ups: list[Upstream], window: float = 0.6) -> Upstream:
+    before = [u.cpu_seconds() for u in ups]
+    time.sleep(window)
+    after = [u.cpu_seconds() for u in ups]
+    deltas = [a - b for a, b in zip(after, before)]
+    print(f"cpu seconds per upstream over {window} s: {deltas}")
+    return ups[deltas.index(max(deltas))]
+
+
+def test_admin_routes_need_the_admin_secret(cluster):
+    edge, _ = cluster
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Bearer {ADMIN_SECRET}x"}):
+        r = httpx.post(f"{edge.url}/admin/keys", json={"tokens": 10}, headers=headers)
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    key = edge.new_key(1000)
+    key_id = "key_" + key.split("-")[1]
+    for what in ("top-up", "revoke"):
+        r = httpx.post(f"{edge.url}/admin/keys/{key_id}/{what}", json={"tokens": 5},
+                       headers={"authorization": "Bearer wrong"})
+        assert r.status_code == 401, r.text
+    assert budget(edge, key)["tokens_left"] == 1000
+    r = httpx.post(f"{edge.url}/admin/keys/{key_id}/top-up", json={"tokens": 500},
+                   headers={"authorization": f"Bearer {ADMIN_SECRET}"})
+    assert r.status_code == 200 and r.json()["tokens_left"] == 1500, r.text
+    r = httpx.post(f"{edge.url}/admin/keys/{key_id}/revoke", json={},
+                   headers={"authorization": f"Bearer {ADMIN_SECRET}"})
+    assert r.status_code == 200, r.text
+    r = httpx.get(f"{edge.url}/v1/budget", headers=auth(key))
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_another_key_cannot_see_a_keys_jobs(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    mine, theirs = edge.new_key(100_000), edge.new_key(100_000)
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(mine),
+                   json={"model": "llama-8b", "prompt": "The sky is", "max_tokens": 2})
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    for method, path in [("GET", ""), ("GET", "/result"), ("POST", "/cancel")]:
+        r = httpx.request(method, f"{edge.url}/v1/completion-jobs/{job}{path}", headers=auth(theirs))
+        assert r.status_code == 404, (path, r.text)
+        assert r.json()["error"]["code"] == "not_found"
+    listed = httpx.get(f"{edge.url}/v1/completion-jobs", headers=auth(theirs)).json()["data"]
+    assert all(j["id"] != job for j in listed)
+    # A key whose id is right but whose secret is not gets nothing either.
+    forged = mine[:-4] + ("0000" if not mine.endswith("0000") else "1111")
+    r = httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(forged))
+    assert r.status_code == 401
+
+
+def test_an_upstream_stopped_mid_run(cluster):
+    """Kill one of two upstreams while requests run: whole completions are finished on
+    the other, streams end with an error event, new requests are served, and every
+    Hold is released with the charge within what was held."""
+    edge, ups = cluster
+    ensure_up(ups)
+    start_tokens = 1_000_000
+    key = edge.new_key(start_tokens, max_running=32)
+    body = {"model": "llama-8b", "prompt": ["Once upon a time", "The sky is"], "n": 2,
+            "max_tokens": 48, "logit_bias": NO_EOS, "temperature": 1, "seed": 7}
+    results: list[httpx.Response] = []
+    streams: list[str] = []
+
+    def whole():
+        results.append(httpx.post(f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=120))
+
+    def stream():
+        text = []
+        with httpx.stream("POST", f"{edge.url}/v1/completions", json=dict(body, stream=True),
+                          headers=auth(key), timeout=120) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                text.append(line)
+        streams.append("\n".join(text))
+
+    threads = [threading.Thread(target=whole) for _ in range(6)] + [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    victim = ups[0]
+    victim.kill()
+    for t in threads:
+        t.join()
+    assert len(results) == 6 and len(streams) == 2
+    for r in results:
+        assert r.status_code == 200, r.text
+        c = r.json()
+        assert [ch["index"] for ch in c["choices"]] == [0, 1, 2, 3]
+        assert c["usage"]["completion_tokens"] == 4 * 48
+    for s in streams:
+        assert s.rstrip().endswith("data: [DONE]"), s[-300:]
+        print("stream ended:", "cut by the dead upstream" if "upstream_unavailable" in s else "whole")
+        assert "upstream_unavailable" in s or s.count('"finish_reason":"length"') == 4, s[-600:]
+    # Served with one upstream down.
+    for _ in range(3):
+        r = httpx.post(f"{edge.url}/v1/completions", json=dict(body, max_tokens=4), headers=auth(key), timeout=60)
+        assert r.status_code == 200, r.text
+        results.append(r)
+    b = settle_budget(edge, key)
+    assert b["tokens_held"] == 0 and b["running"] == 0, b
+    whole_charges = sum(r.json()["usage"]["total_tokens"] for r in results)
+    stream_hold = 2 * (len(body["prompt"]) * 6 + 4 * 48)  # generous: prompts are short
+    spent = start_tokens - b["tokens_left"]
+    assert whole_charges <= spent <= whole_charges + stream_hold, (spent, whole_charges)
+    victim.start()
+
+
+def test_a_job_whose_upstream_dies_is_run_again_and_charged_once(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    start_tokens = 100_000
+    key = edge.new_key(start_tokens)
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key),
+                   json={"model": "llama-8b", "prompt": "Once upon a time", "n": 2, "max_tokens": 160,
+                         "logit_bias": NO_EOS, "seed": 3})
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    deadline = time.time() + 30
+    while httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(key)).json()["status"] == "queued":
+        assert time.time() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)
+    victim = busiest(ups)
+    victim.kill()
+    deadline = time.time() + 120
+    while True:
+        j = httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(key)).json()
+        if j["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        assert time.time() < deadline, j
+        time.sleep(0.2)
+    assert j["status"] == "succeeded", j
+    assert j["usage_pending"] is False
+    result = httpx.get(f"{edge.url}/v1/completion-jobs/{job}/result", headers=auth(key)).json()
+    assert result["usage"]["completion_tokens"] == 2 * 160
+    b = settle_budget(edge, key)
+    assert b["tokens_held"] == 0 and b["running"] == 0
+    # Charged once: exactly the result's usage, nothing for the lost attempt.
+    assert b["tokens_left"] == start_tokens - result["usage"]["total_tokens"], b
+    victim.start()
+
+
+def test_a_client_that_goes_away_releases_its_hold(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    start_tokens = 100_000
+    key = edge.new_key(start_tokens)
+    body = {"model": "llama-8b", "prompt": "Once upon a time", "max_tokens": 2000,
+            "logit_bias": NO_EOS, "stream": True}
+    before = [u.cpu_seconds() for u in ups]
+    with httpx.stream("POST", f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=60) as r:
+        assert r.status_code == 200
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+                if seen == 5:
+                    break
+    b = settle_budget(edge, key)
+    assert b["running"] == 0 and b["tokens_held"] == 0, b
+    spent = start_tokens - b["tokens_left"]
+    # Charged what was generated (at least the 5 tokens seen), far from the 2000 held.
+    assert 5 <= spent < 1000, spent
+    # The upstream stopped generating: its CPU time stays still.
+    time.sleep(1.0)
+    mid = [u.cpu_seconds() for u in ups]
+    time.sleep(1.5)
+    after = [u.cpu_seconds() for u in ups]
+    assert sum(after) - sum(mid) < 0.5, (before, mid, after)

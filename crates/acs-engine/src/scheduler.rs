@@ -274,22 +274,57 @@ impl Scheduler {
                 return;
             }
         };
+        let mut prefilled = Vec::new();
+        let mut decoded = Vec::new();
         for (slot, out) in slots.into_iter().zip(outputs) {
             match slot {
                 Slot::Prompt {
                     request,
                     prompt,
                     tokens,
-                } => self.after_prefill(request, prompt, tokens, out),
-                Slot::Choice { request, choice } => {
-                    let a = &mut self.running[request];
-                    let mut logits = out.logits;
-                    let sampled = a.choices[choice].sampler.sample(&mut logits);
-                    accept(&self.model, &a.generation, &mut a.choices[choice], sampled);
+                } => prefilled.push((request, prompt, tokens, out)),
+                Slot::Choice { request, choice } => decoded.push(((request, choice), out.logits)),
+            }
+        }
+        self.sample_decoded(decoded);
+        // After the decoded choices: a prompt that finished branches new choices.
+        for (request, prompt, tokens, out) in prefilled {
+            self.after_prefill(request, prompt, tokens, out);
+        }
+        self.report();
+    }
+
+    /// Samples every decoded choice's next token from its logits (in parallel where
+    /// threads exist: each choice has its own sampler and random stream, so the order
+    /// changes nothing), then takes the tokens in. `decoded` is in (request, choice)
+    /// order, as the step built it.
+    fn sample_decoded(&mut self, decoded: Vec<((usize, usize), Vec<f32>)>) {
+        let mut work = Vec::with_capacity(decoded.len());
+        let mut next = decoded.into_iter().peekable();
+        for (ri, a) in self.running.iter_mut().enumerate() {
+            for (ci, c) in a.choices.iter_mut().enumerate() {
+                if let Some(((r, ch), _)) = next.peek()
+                    && (*r, *ch) == (ri, ci)
+                {
+                    let (at, logits) = next.next().expect("peeked");
+                    work.push((at, &mut c.sampler, logits));
                 }
             }
         }
-        self.report();
+        let draw = |(at, sampler, mut logits): (_, &mut Sampler, Vec<f32>)| {
+            (at, sampler.sample(&mut logits))
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        let sampled: Vec<_> = {
+            use rayon::prelude::*;
+            work.into_par_iter().map(draw).collect()
+        };
+        #[cfg(target_arch = "wasm32")]
+        let sampled: Vec<_> = work.into_iter().map(draw).collect();
+        for ((ri, ci), s) in sampled {
+            let a = &mut self.running[ri];
+            accept(&self.model, &a.generation, &mut a.choices[ci], s);
+        }
     }
 
     fn admit(&mut self) {

@@ -628,16 +628,21 @@ pub struct MatJob<'a> {
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 const PANEL: usize = 8;
 
-/// A Q4_1 matrix rearranged once at load time so that each 32-bit lane of a SIMD
-/// register holds a different row: one `vpdpbusd` then advances eight rows by four
-/// values each, and the eight rows' scales convert with one instruction, so a block
-/// of eight rows costs about a quarter of the instructions of eight separate rows.
+/// A Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// SIMD register holds a different row: one `vpdpbusd` then advances eight rows by
+/// four values each, and the eight rows' scales convert with one instruction, so a
+/// block of eight rows costs a fraction of the instructions of eight separate rows.
 ///
-/// Layout: panels of [`PANEL`] rows; in each, block after block, 160 bytes: the eight
-/// rows' f16 scales, their f16 mins, then for `g` in 0..4 the eight rows' quant bytes
-/// `4g..4g + 4` (low nibbles: values `4g..`, high nibbles: values `16 + 4g..`).
+/// Layout: panels of [`PANEL`] rows; in each, block after block:
+/// - Q4_1, 160 bytes: the eight rows' f16 scales, their f16 mins, then for `g` in 0..4
+///   the eight rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high
+///   nibbles: values `16 + 4g..`);
+/// - Q8_0, 272 bytes: the eight rows' f16 scales, then for `g` in 0..8 the eight rows'
+///   values `4g..4g + 4`, each plus 128 (unsigned, as `vpdpbusd` takes its first
+///   operand; the kernel takes `128 × Σx` back off, exactly, in integers).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
+    ty: GgmlType,
     n_rows: usize,
     n_cols: usize,
     /// Only x86 has kernels for the layout so far (elsewhere `new` returns `None`).
@@ -647,42 +652,59 @@ pub struct PackedMatrix {
 
 impl PackedMatrix {
     /// Bytes of one block of one panel.
-    const BLOCK: usize = 160;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn block_bytes(ty: GgmlType) -> usize {
+        match ty {
+            GgmlType::Q8_0 => 272,
+            _ => 160,
+        }
+    }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2 and Q4_1 so far) and the rows fill whole panels;
-    /// `None` otherwise, and the matrix is used as stored.
+    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole panels; `None`
+    /// otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
-        if !matches!(Isa::detect(), Isa::Scalar) && ty == GgmlType::Q4_1 {
-            let rb = ty.row_bytes(n_cols).ok()?;
-            if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
-                return None;
-            }
-            let nb = n_cols / QK;
-            let mut data = vec![0u8; n_rows * rb];
-            for (panel, dst) in weights
-                .chunks_exact(PANEL * rb)
-                .zip(data.chunks_exact_mut(nb * Self::BLOCK))
-            {
-                for (i, out) in dst.chunks_exact_mut(Self::BLOCK).enumerate() {
-                    for r in 0..PANEL {
-                        let b = &panel[r * rb + 20 * i..r * rb + 20 * i + 20];
-                        out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+        if matches!(Isa::detect(), Isa::Scalar) || !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
+            return None;
+        }
+        let rb = ty.row_bytes(n_cols).ok()?;
+        if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
+            return None;
+        }
+        let nb = n_cols / QK;
+        let (src_block, dst_block) = (rb / nb, Self::block_bytes(ty));
+        let mut data = vec![0u8; n_rows / PANEL * nb * dst_block];
+        for (panel, dst) in weights
+            .chunks_exact(PANEL * rb)
+            .zip(data.chunks_exact_mut(nb * dst_block))
+        {
+            for (i, out) in dst.chunks_exact_mut(dst_block).enumerate() {
+                for r in 0..PANEL {
+                    let at = r * rb + src_block * i;
+                    let b = &panel[at..at + src_block];
+                    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                    if ty == GgmlType::Q4_1 {
                         out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
                         for g in 0..4 {
                             let at = 32 + 32 * g + 4 * r;
                             out[at..at + 4].copy_from_slice(&b[4 + 4 * g..8 + 4 * g]);
                         }
+                    } else {
+                        for g in 0..8 {
+                            for k in 0..4 {
+                                out[16 + 32 * g + 4 * r + k] = b[2 + 4 * g + k] ^ 0x80;
+                            }
+                        }
                     }
                 }
             }
-            return Some(PackedMatrix {
-                n_rows,
-                n_cols,
-                data,
-            });
         }
-        None
+        Some(PackedMatrix {
+            ty,
+            n_rows,
+            n_cols,
+            data,
+        })
     }
 }
 
@@ -1219,6 +1241,21 @@ mod x86 {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
     }
 
+    /// `acc +` [`mul_sum_us8`]`(ax, sy)`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn add_mul_sum_us8(acc: __m256i, ax: __m256i, sy: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, mul_sum_us8(ax, sy))
+    }
+
+    /// [`add_mul_sum_us8`] in one instruction, accumulating in place (the integer
+    /// sums are exact, so the order of additions does not change a result).
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn add_mul_sum_us8_vnni(acc: __m256i, ax: __m256i, sy: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, ax, sy)
+    }
+
     #[inline]
     #[target_feature(enable = "avx2")]
     fn hsum_ps(v: __m256) -> f32 {
@@ -1531,8 +1568,8 @@ mod x86 {
                         for (g, &wg) in w.iter().enumerate() {
                             let wl = _mm256_and_si256(wg, mask);
                             let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                            lo = _mm256_add_epi32(lo, $idot(wl, q(4 * g)));
-                            hi = _mm256_add_epi32(hi, $idot(wh, q(16 + 4 * g)));
+                            lo = $idot(lo, wl, q(4 * g));
+                            hi = $idot(hi, wh, q(16 + 4 * g));
                         }
                         let p = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
                         acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
@@ -1548,8 +1585,61 @@ mod x86 {
             }
         };
     }
-    packed_kernel!(packed_q4_1_vnni, "avx2,fma,f16c,avxvnni", mul_sum_us8_vnni);
-    packed_kernel!(packed_q4_1_plain, "avx2,fma,f16c", mul_sum_us8);
+    packed_kernel!(
+        packed_q4_1_vnni,
+        "avx2,fma,f16c,avxvnni",
+        add_mul_sum_us8_vnni
+    );
+    packed_kernel!(packed_q4_1_plain, "avx2,fma,f16c", add_mul_sum_us8);
+
+    /// [`packed_kernel`] for Q8_0 panels: the weights are stored plus 128, so each
+    /// block's integer sum is `Σ (w + 128) x`, and `128 × Σx` (the activations' block
+    /// sums, exact integers) comes off before the scales apply.
+    macro_rules! packed_q8_kernel {
+        ($name:ident, $features:tt, $idot:ident) => {
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn $name<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+                let mut acc = [_mm256_setzero_ps(); V];
+                for i in 0..x.nb {
+                    let b = &panel[272 * i..272 * i + 272];
+                    let d = _mm256_cvtph_ps(load16(b));
+                    let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let q = |at: usize| {
+                            _mm256_set1_epi32(i32::from_le_bytes([
+                                xb.qs[at] as u8,
+                                xb.qs[at + 1] as u8,
+                                xb.qs[at + 2] as u8,
+                                xb.qs[at + 3] as u8,
+                            ]))
+                        };
+                        let mut p = _mm256_setzero_si256();
+                        for (g, &wg) in w.iter().enumerate() {
+                            p = $idot(p, wg, q(4 * g));
+                        }
+                        let offset = 128 * (i32::from(xb.sums[0]) + i32::from(xb.sums[1]));
+                        let p = _mm256_sub_epi32(p, _mm256_set1_epi32(offset));
+                        let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                        acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[v]);
+                    }
+                }
+                std::array::from_fn(|v| {
+                    let mut o = [0f32; 8];
+                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc[v]) };
+                    o
+                })
+            }
+        };
+    }
+    packed_q8_kernel!(
+        packed_q8_0_vnni,
+        "avx2,fma,f16c,avxvnni",
+        add_mul_sum_us8_vnni
+    );
+    packed_q8_kernel!(packed_q8_0_plain, "avx2,fma,f16c", add_mul_sum_us8);
 
     /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
     /// `put(v, r, value)` takes each result.
@@ -1561,7 +1651,7 @@ mod x86 {
         put: &mut impl FnMut(usize, usize, f32),
     ) {
         let nb = qx.nb;
-        let panel_bytes = nb * super::PackedMatrix::BLOCK;
+        let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty);
         // Four vectors per tile keep the accumulators and the unpacked weights
         // within the 16 AVX2 registers.
         for g in (0..qx.count).step_by(4) {
@@ -1587,15 +1677,23 @@ mod x86 {
                 // too: the features of the kernel called. The kernels touch memory
                 // only through bounds-checked slicing and their own arrays.
                 unsafe {
-                    match (nv, t.vnni) {
-                        (1, true) => emit(&packed_q4_1_vnni::<1>(panel, x)),
-                        (2, true) => emit(&packed_q4_1_vnni::<2>(panel, x)),
-                        (3, true) => emit(&packed_q4_1_vnni::<3>(panel, x)),
-                        (_, true) => emit(&packed_q4_1_vnni::<4>(panel, x)),
-                        (1, false) => emit(&packed_q4_1_plain::<1>(panel, x)),
-                        (2, false) => emit(&packed_q4_1_plain::<2>(panel, x)),
-                        (3, false) => emit(&packed_q4_1_plain::<3>(panel, x)),
-                        (_, false) => emit(&packed_q4_1_plain::<4>(panel, x)),
+                    match (pm.ty == GgmlType::Q8_0, nv, t.vnni) {
+                        (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, x)),
+                        (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, x)),
+                        (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, x)),
+                        (false, _, true) => emit(&packed_q4_1_vnni::<4>(panel, x)),
+                        (false, 1, false) => emit(&packed_q4_1_plain::<1>(panel, x)),
+                        (false, 2, false) => emit(&packed_q4_1_plain::<2>(panel, x)),
+                        (false, 3, false) => emit(&packed_q4_1_plain::<3>(panel, x)),
+                        (false, _, false) => emit(&packed_q4_1_plain::<4>(panel, x)),
+                        (true, 1, true) => emit(&packed_q8_0_vnni::<1>(panel, x)),
+                        (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, x)),
+                        (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, x)),
+                        (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, x)),
+                        (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, x)),
+                        (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, x)),
+                        (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, x)),
+                        (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, x)),
                     }
                 }
             }
@@ -2171,8 +2269,13 @@ mod tests {
 
     #[test]
     fn packed_matches_plain_and_batches_exactly() {
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            packed_case(ty);
+        }
+    }
+
+    fn packed_case(ty: GgmlType) {
         let (rows, cols, batch) = (24, 256, 9);
-        let ty = GgmlType::Q4_1;
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
         for (r, b) in values(8, rows * cols)
@@ -2200,7 +2303,10 @@ mod tests {
         };
         let (plain, packed) = (run(None, &xs), run(Some(&pm), &xs));
         for (a, b) in plain.iter().zip(&packed) {
-            assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs().max(1.0),
+                "{ty:?}: {a} vs {b}"
+            );
         }
         for (v, x) in xs.chunks_exact(cols).enumerate() {
             assert_eq!(run(Some(&pm), x), packed[v * rows..(v + 1) * rows]);

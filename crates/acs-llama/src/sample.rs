@@ -100,6 +100,8 @@ pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
     counts: HashMap<u32, u32>,
+    /// The candidates' weights, kept between draws (a vocabulary's worth).
+    weights: Vec<f32>,
 }
 
 impl Sampler {
@@ -109,6 +111,7 @@ impl Sampler {
             params,
             rng,
             counts: HashMap::new(),
+            weights: Vec::new(),
         }
     }
 
@@ -154,54 +157,55 @@ impl Sampler {
     }
 
     fn draw(&mut self, logits: &[f32]) -> u32 {
-        let p = &self.params;
+        let Sampler {
+            params: p,
+            rng,
+            weights,
+            ..
+        } = self;
         let inv_t = 1.0 / p.temperature;
         let k = if p.top_k == 0 {
             logits.len()
         } else {
             (p.top_k as usize).min(logits.len())
         };
-        // Candidates: all tokens, or the k likeliest; sorted only when top-p needs it.
-        let mut cand: Vec<usize> = if k < logits.len() || p.top_p < 1.0 {
+        // Candidates: the k likeliest, best first, when top-k or top-p needs them;
+        // otherwise every token in id order, without a list.
+        let cand: Option<Vec<usize>> = (k < logits.len() || p.top_p < 1.0).then(|| {
             let mut c = top_k_indices(logits, k);
             c.truncate(k);
             c
-        } else {
-            (0..logits.len()).collect()
-        };
-        let max = cand
-            .iter()
-            .map(|&i| logits[i])
+        });
+        let id = |j: usize| cand.as_ref().map_or(j, |c| c[j]);
+        let mut n = cand.as_ref().map_or(logits.len(), Vec::len);
+        let max = (0..n)
+            .map(|j| logits[id(j)])
             .fold(f32::NEG_INFINITY, f32::max);
-        let mut weights: Vec<f32> = cand
-            .iter()
-            .map(|&i| ((logits[i] - max) * inv_t).exp())
-            .collect();
+        weights.clear();
+        weights.extend((0..n).map(|j| ((logits[id(j)] - max) * inv_t).exp()));
         if p.top_p < 1.0 {
-            // `cand` is sorted best first here; keep the shortest prefix reaching top_p.
+            // The candidates are sorted best first here; keep the shortest prefix
+            // reaching top_p.
             let total: f32 = weights.iter().sum();
             let mut acc = 0.0;
-            let mut keep = weights.len();
-            for (i, w) in weights.iter().enumerate() {
+            for (j, w) in weights.iter().enumerate() {
                 acc += w / total;
                 if acc >= p.top_p {
-                    keep = i + 1;
+                    n = j + 1;
                     break;
                 }
             }
-            cand.truncate(keep);
-            weights.truncate(keep);
         }
-        let total: f32 = weights.iter().sum();
-        let mut u = self.rng.next_f32() * total;
-        for (&i, &w) in cand.iter().zip(&weights) {
+        let total: f32 = weights[..n].iter().sum();
+        let mut u = rng.next_f32() * total;
+        for (j, &w) in weights[..n].iter().enumerate() {
             if u < w {
-                return i as u32;
+                return id(j) as u32;
             }
             u -= w;
         }
         // Rounding left a sliver: the last candidate takes it.
-        *cand.last().expect("at least one candidate") as u32
+        id(n - 1) as u32
     }
 }
 

@@ -153,8 +153,11 @@ pub async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
-    let bytes = read_body(&state, body).await?;
+    // The body is read whatever the key: answering before it is read makes hyper
+    // close the connection, which a client reusing it sees as a dropped request.
+    let key = authenticate(&state, &headers);
+    let bytes = read_body(&state, body).await;
+    let (key, bytes) = (key?, bytes?);
     let req = CompletionRequest::parse(&bytes, Endpoint::Completions)?;
     let model = req.model.clone();
     let (stream, include_usage) = (req.stream, req.stream_include_usage);

@@ -57,8 +57,10 @@ async fn parse(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<CompletionRequest, ApiError> {
-    let endpoint = check(state, headers)?;
-    let bytes = read_body(state, body).await?;
+    // The body is read whatever the check says (see `completions::create`).
+    let endpoint = check(state, headers);
+    let bytes = read_body(state, body).await;
+    let (endpoint, bytes) = (endpoint?, bytes?);
     CompletionRequest::parse(&bytes, endpoint)
 }
 

@@ -32,7 +32,10 @@ pub async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
+    // The body is read whatever the key (see `completions::create`).
+    let key = authenticate(&state, &headers);
+    let bytes = read_body(&state, body).await;
+    let key = key?;
     let idem = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(v.to_str().map(str::to_owned).map_err(|_| {
@@ -43,7 +46,7 @@ pub async fn submit(
             )
         })?),
     };
-    let bytes = read_body(&state, body).await?;
+    let bytes = bytes?;
     let value = acs_core::request::parse_json_object(&bytes)?;
     let req = CompletionRequest::from_value(&value, Endpoint::Jobs)?;
     let canonical = canonical_json(&value);

@@ -642,6 +642,7 @@ const PANEL: usize = 8;
 ///   operand; the kernel takes `128 × Σx` back off, exactly, in integers).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     ty: GgmlType,
     n_rows: usize,
     n_cols: usize,

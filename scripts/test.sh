@@ -46,6 +46,10 @@ cargo test --workspace
 step "WebGPU backend against the CPU backend (wgpu on lavapipe)"
 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test -p acs-llama --features webgpu --test webgpu
 
+step "WebGPU backend in headless Chromium (wasm-pack test; SwiftShader WebGPU)"
+wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-llama \
+  --features webgpu --test webgpu_browser -- --nocapture
+
 step "conformance suite against acs serve (tests/conformance)"
 cargo build -p acs-server
 ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_acs.sh -q

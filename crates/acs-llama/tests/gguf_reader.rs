@@ -1,4 +1,6 @@
 //! The GGUF reader: writer round trips, streaming, and hostile files.
+// Native only: it reads files (the browser runs tests/webgpu_browser.rs).
+#![cfg(not(target_arch = "wasm32"))]
 
 use acs_llama::gguf::{
     GgufError, GgufFile, GgufHeader, GgufWriter, HeaderParse, MetaArray, MetaValue, TensorStream,

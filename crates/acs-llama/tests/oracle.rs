@@ -4,6 +4,8 @@
 //!
 //! Needs the default model: `scripts/fetch-model.sh` puts it where
 //! `acs_llama::testgen::default_model_for_tests` looks (or set `ACS_TEST_MODEL`). Without it the test fails.
+// Native only: it reads files (the browser runs tests/webgpu_browser.rs).
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::path::PathBuf;
 

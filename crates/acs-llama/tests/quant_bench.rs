@@ -1,5 +1,6 @@
 //! Matmul throughput, in GB/s of weights read. Ignored by default; run with
 //! `cargo test --release -p acs-llama --test quant_bench -- --ignored --nocapture`.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::time::Instant;
 

@@ -1,5 +1,7 @@
 //! Byte-level BPE (`gpt2` vocabularies): a small vocabulary built here, and SmolLM2's
 //! real one from the default model (see `acs_llama::testgen::default_model_for_tests`).
+// Native only: it reads files (the browser runs tests/webgpu_browser.rs).
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::sync::OnceLock;
 

@@ -13,7 +13,7 @@
 //!
 //! Needs a WebGPU adapter; software ones count (lavapipe: apt `mesa-vulkan-drivers`).
 //! Run: `cargo test -p acs-llama --features webgpu --test webgpu`.
-#![cfg(feature = "webgpu")]
+#![cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
 
 use std::sync::Arc;
 

@@ -37,6 +37,11 @@ pub struct BenchArgs {
     /// Also run llama.cpp (llama-cpp-python) on the same file, with the same shapes.
     #[arg(long)]
     llama_cpp: bool,
+    /// Also run the WebGPU backend (built with `--features webgpu`): decode speed and
+    /// its weight bandwidth against the adapter's copy bandwidth (the roofline).
+    #[cfg(feature = "webgpu")]
+    #[arg(long)]
+    webgpu: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -121,6 +126,10 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
     );
     engine_bench(&model, a.decode_tokens)?;
+    #[cfg(feature = "webgpu")]
+    if a.webgpu {
+        webgpu_bench(&path, &ids, a.decode_tokens, a.repeat)?;
+    }
     if a.llama_cpp {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -225,5 +234,79 @@ fn engine_bench(model: &Arc<Model>, max_tokens: usize) -> Result<(), CliError> {
     }
     let (r, prefills) = engine_run(model, 1, 8, max_tokens)?;
     println!(" | one request n=8 {r:7.1} tok/s, {prefills} prefill");
+    Ok(())
+}
+
+/// The WebGPU backend on the best adapter found: decode tokens/s for 1 and 8
+/// sequences after the same prefill, and the weight bytes those steps read per second
+/// as a fraction of the adapter's copy bandwidth (read + write of a 256 MiB copy).
+#[cfg(feature = "webgpu")]
+fn webgpu_bench(
+    path: &std::path::Path,
+    ids: &[u32],
+    steps: usize,
+    repeat: usize,
+) -> Result<(), CliError> {
+    use acs_llama::webgpu::{GpuCache, GpuModel, GpuSeqInput};
+    let fail =
+        |e: acs_llama::webgpu::GpuError| CliError::Api(acs_core::ApiError::internal(e.to_string()));
+    let file = acs_llama::gguf::GgufFile::open(path)
+        .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
+    let gpu = GpuModel::new(&file).map_err(fail)?;
+    let info = gpu.adapter_info();
+    let copy = gpu.copy_bandwidth(256 << 20, 5).map_err(fail)?;
+    let step = |caches: &mut [GpuCache], feed: &[Vec<u32>], logits| {
+        let mut batch: Vec<GpuSeqInput<'_>> = caches
+            .iter_mut()
+            .zip(feed)
+            .map(|(cache, f)| GpuSeqInput {
+                cache,
+                tokens: f,
+                steering: &[],
+                capture: &[],
+                logits,
+            })
+            .collect();
+        gpu.forward(&mut batch)
+    };
+    let decode = |n: usize| -> Result<f64, CliError> {
+        let mut caches: Vec<GpuCache> = (0..n).map(|_| gpu.new_cache()).collect();
+        let prompts = vec![ids.to_vec(); n];
+        let out = step(&mut caches, &prompts, Logits::Last).map_err(fail)?;
+        let mut feed: Vec<Vec<u32>> = out.iter().map(|o| vec![argmax(&o.logits)]).collect();
+        let t = Instant::now();
+        for _ in 0..steps {
+            let out = step(&mut caches, &feed, Logits::Last).map_err(fail)?;
+            for (f, o) in feed.iter_mut().zip(out) {
+                *f = vec![argmax(&o.logits)];
+            }
+        }
+        Ok((steps * n) as f64 / t.elapsed().as_secs_f64())
+    };
+    let mut d1 = Vec::new();
+    let mut d8 = Vec::new();
+    for _ in 0..repeat.max(1) {
+        d1.push(decode(1)?);
+        d8.push(decode(8)?);
+    }
+    let (d1, d8) = (median(d1), median(d8));
+    let w = gpu.weight_bytes_per_step() as f64;
+    let gbs = |x: f64| x / 1e9;
+    println!(
+        "webgpu    {} ({:?}, {:?}): copy bandwidth {:.2} GB/s, weights {:.1} MB per step",
+        info.name,
+        info.backend,
+        info.device_type,
+        gbs(copy),
+        w / 1e6
+    );
+    for (n, tps) in [(1usize, d1), (8, d8)] {
+        let bw = w * tps / n as f64;
+        println!(
+            "webgpu    decode x{n} {tps:8.1} tok/s | weights read at {:.2} GB/s = {:.1}% of copy bandwidth",
+            gbs(bw),
+            100.0 * bw / copy
+        );
+    }
     Ok(())
 }

@@ -52,7 +52,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let ko = (h / P.group) * P.head_dim;
     let so = (i * P.n_heads + h) * P.s_stride;
 
-    var m = -3.4028235e38;
+    // -FLT_MAX by its bits: Chrome (Tint) rejects the rounded decimal -3.4028235e38
+    // as out of range, where naga accepts it.
+    var m = bitcast<f32>(0xff7fffffu);
     for (var t = lid; t < n; t += 64u) {
         var s = 0.0;
         for (var e = 0u; e < P.head_dim; e++) {

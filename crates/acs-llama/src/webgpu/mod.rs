@@ -372,6 +372,58 @@ impl GpuModel {
         &self.info
     }
 
+    /// Weight bytes one decode step reads: every matrix of every block and the output
+    /// layer, once (the roofline's numerator).
+    pub fn weight_bytes_per_step(&self) -> u64 {
+        let t = |t: &GpuTensor| (t.rows * t.row_bytes) as u64;
+        let blocks: u64 = self
+            .blocks
+            .iter()
+            .map(|b| t(&b.wq) + t(&b.wk) + t(&b.wv) + t(&b.wo) + t(&b.gate) + t(&b.up) + t(&b.down))
+            .sum();
+        blocks + t(self.output.as_ref().unwrap_or(&self.embed))
+    }
+
+    /// The device's memory bandwidth as a buffer-to-buffer copy measures it: bytes
+    /// read plus bytes written per second, median of `repeat` copies of `bytes` (kept
+    /// within the device's buffer limit). The roofline's denominator: a decode step
+    /// that reads its weights at this rate is as fast as this device can be.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn copy_bandwidth(&self, bytes: u64, repeat: usize) -> Result<f64, GpuError> {
+        let bytes = bytes.min(self.limits.max_buffer_size) / 4 * 4;
+        let buffer = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        };
+        let (src, dst) = (buffer("copy source"), buffer("copy target"));
+        let wait = || {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map(|_| ())
+                .map_err(|e| GpuError::DeviceLost(e.to_string()))
+        };
+        let copy = || {
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+            self.queue.submit([enc.finish()]);
+            wait()
+        };
+        copy()?; // first touch: allocation, not bandwidth
+        let mut secs = Vec::with_capacity(repeat);
+        for _ in 0..repeat.max(1) {
+            let t = std::time::Instant::now();
+            copy()?;
+            secs.push(t.elapsed().as_secs_f64());
+        }
+        secs.sort_by(f64::total_cmp);
+        self.check_lost()?;
+        Ok(2.0 * bytes as f64 / secs[secs.len() / 2])
+    }
+
     fn upload_tensor(
         device: &wgpu::Device,
         limits: &wgpu::Limits,

@@ -1,0 +1,133 @@
+//! The WebGPU backend in a browser: headless Chromium's WebGPU (SwiftShader without a
+//! GPU), on generated models, against the CPU backend compiled to the same wasm.
+//!
+//! Run: `wasm-pack test --headless --chrome crates/acs-llama --features webgpu --test
+//! webgpu_browser` (chromedriver on PATH or `--chromedriver`; `webdriver.json` beside
+//! the crate turns WebGPU on). The tolerance is the native test's (`tests/webgpu.rs`):
+//! every position within 3e-2 of its largest |logit|, greedy tokens identical.
+#![cfg(all(target_arch = "wasm32", feature = "webgpu"))]
+
+use std::sync::Arc;
+
+use acs_llama::gguf::GgufFile;
+use acs_llama::model::{Logits, Model, SeqInput};
+use acs_llama::quant::GgmlType;
+use acs_llama::sample::top_k_indices;
+use acs_llama::testgen::{TestModelSpec, test_model_bytes};
+use acs_llama::webgpu::{GpuModel, GpuSeqInput, pick_adapter};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// Relative tolerance on a position's logits (of its largest |logit|).
+const FLIP: f32 = 3e-2;
+
+fn rel_diff(cpu: &[f32], gpu: &[f32]) -> f32 {
+    assert_eq!(cpu.len(), gpu.len(), "logit counts differ");
+    let scale = cpu.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+    let diff = cpu
+        .iter()
+        .zip(gpu)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    diff / scale
+}
+
+/// A prompt's logits at every position, then greedy decoding, on both backends.
+async fn matches_cpu(spec: TestModelSpec, prompt_len: usize, steps: usize) {
+    let what = format!("{:?}/{:?}", spec.weight_type, spec.embed_type);
+    let file = Arc::new(GgufFile::from_vec(test_model_bytes(&spec).expect("model")).expect("gguf"));
+    let cpu = Model::from_gguf(Arc::clone(&file)).expect("cpu model");
+    let adapter = pick_adapter(true).await.expect("the browser offers WebGPU");
+    let gpu = GpuModel::load(&file, adapter).await.expect("gpu model");
+    let vocab = cpu.config.vocab;
+    let (mut cc, mut gc) = (cpu.new_cache(), gpu.new_cache());
+    let mut tokens: Vec<u32> = (0..prompt_len as u32).map(|i| 3 + (i * 37) % 300).collect();
+    let mut worst = 0f32;
+    for step in 0..=steps {
+        let logits = if step == 0 { Logits::All } else { Logits::Last };
+        let c = cpu
+            .forward(&mut [SeqInput {
+                cache: &mut cc,
+                tokens: &tokens,
+                steering: &[],
+                capture: &[],
+                logits,
+            }])
+            .expect("cpu forward");
+        let g = gpu
+            .forward_async(&mut [GpuSeqInput {
+                cache: &mut gc,
+                tokens: &tokens,
+                steering: &[],
+                capture: &[],
+                logits,
+            }])
+            .await
+            .expect("gpu forward");
+        let (lc, lg) = (&c[0].logits, &g[0].logits);
+        for (p, (a, b)) in lc.chunks(vocab).zip(lg.chunks(vocab)).enumerate() {
+            let rel = rel_diff(a, b);
+            assert!(rel <= FLIP, "{what}: step {step}, position {p}: {rel}");
+            worst = worst.max(rel);
+        }
+        let last = |l: &[f32]| top_k_indices(&l[l.len() - vocab..], 1)[0] as u32;
+        assert_eq!(last(lc), last(lg), "{what}: greedy token of step {step}");
+        tokens = vec![last(lc)];
+    }
+    assert_eq!(gc.len(), prompt_len + steps);
+    wasm_bindgen_test::console_log!(
+        "{what}: {} positions within {worst:.2e} of the CPU's logits ({})",
+        prompt_len + steps,
+        gpu.adapter_info().name
+    );
+}
+
+#[wasm_bindgen_test]
+async fn q8_0_matches_cpu_in_the_browser() {
+    matches_cpu(TestModelSpec::tiny(), 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn q4_1_matches_cpu_in_the_browser() {
+    let spec = TestModelSpec {
+        weight_type: GgmlType::Q4_1,
+        embed_type: GgmlType::Q8_0,
+        ..TestModelSpec::tiny()
+    };
+    matches_cpu(spec, 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn q4_k_matches_cpu_in_the_browser() {
+    matches_cpu(TestModelSpec::tiny_k(GgmlType::Q4_K), 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn q4_0_matches_cpu_in_the_browser() {
+    let spec = TestModelSpec {
+        weight_type: GgmlType::Q4_0,
+        embed_type: GgmlType::Q4_0,
+        ..TestModelSpec::tiny()
+    };
+    matches_cpu(spec, 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn f16_matches_cpu_in_the_browser() {
+    let spec = TestModelSpec {
+        weight_type: GgmlType::F16,
+        embed_type: GgmlType::F16,
+        ..TestModelSpec::tiny()
+    };
+    matches_cpu(spec, 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn q5_k_matches_cpu_in_the_browser() {
+    matches_cpu(TestModelSpec::tiny_k(GgmlType::Q5_K), 9, 8).await;
+}
+
+#[wasm_bindgen_test]
+async fn q6_k_matches_cpu_in_the_browser() {
+    matches_cpu(TestModelSpec::tiny_k(GgmlType::Q6_K), 9, 8).await;
+}

@@ -18,19 +18,11 @@ if [[ ! -x "$ACS_BIN" ]]; then
   exit 2
 fi
 
-# A Python with the requirements: $PYTHON, else the venv (made on first use).
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    python3 -m venv "$VENV" >&2 && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" >&2
-  fi
-  PYTHON="$VENV/bin/python"
-fi
-if ! "$PYTHON" -c "import pytest, httpx" 2>/dev/null; then
-  "$PYTHON" -m pip install -q -r "$HERE/requirements.txt" >&2
-fi
+source "$HERE/lib.sh"
+conformance_python
 
 DATA="$(mktemp -d -t acs-conformance.XXXXXX)"
-PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+PORT="$(free_port)"
 # start.sh starts the server and waits for it; restart.sh kills it hard (SIGKILL, a
 # crash) and starts it again on the same port and data: the suite's restart test uses it.
 cat >"$DATA/start.sh" <<START
@@ -66,19 +58,6 @@ cleanup() {
 trap cleanup EXIT
 bash "$DATA/start.sh" || exit 2
 
-export ACS_BASE_URL="http://127.0.0.1:$PORT"
-export ACS_MAKE_KEY="'$ACS_BIN' keys create --data '$DATA' --tokens {tokens} --max-running {max_running}"
-export ACS_RETENTION_SECS="$RETENTION"
-export ACS_MAX_BODY_BYTES="$MAX_BODY"
-export ACS_OPENAPI="${ACS_OPENAPI:-$ROOT/crates/acs-server/openapi.json}"
-export ACS_RESTART_CMD="bash '$DATA/restart.sh'"
-# schemathesis beside the chosen Python (a venv), else on PATH.
-if [[ -z "${ACS_SCHEMATHESIS:-}" && "$PYTHON" == */* && -x "$(dirname "$PYTHON")/schemathesis" ]]; then
-  export ACS_SCHEMATHESIS="$(dirname "$PYTHON")/schemathesis"
-fi
-
-cd "$HERE"
-"$PYTHON" -m pytest -rfE "$@"
-RC=$?
-if [[ $RC -ne 0 && -n "${ACS_SHOW_SERVER_LOG:-}" ]]; then tail -50 "$DATA/server.log" >&2; fi
-exit $RC
+run_suite "http://127.0.0.1:$PORT" \
+  "'$ACS_BIN' keys create --data '$DATA' --tokens {tokens} --max-running {max_running}" \
+  "bash '$DATA/restart.sh'" "$DATA/server.log" "$@"

@@ -15,15 +15,10 @@ VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
 
 [[ -x "$ACS_BIN" ]] || { echo "run_against_edge.sh: no acs binary at $ACS_BIN" >&2; exit 2; }
 [[ -f "$ROOT/worker/build/index_bg.wasm" ]] || { echo "run_against_edge.sh: build the worker first (worker/build.sh)" >&2; exit 2; }
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    python3 -m venv "$VENV" >&2 && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" >&2
-  fi
-  PYTHON="$VENV/bin/python"
-fi
+source "$HERE/lib.sh"
+conformance_python
 
 DATA="$(mktemp -d -t acs-edge-conformance.XXXXXX)"
-free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 UP_PORT="$(free_port)"
 EDGE_PORT="$(free_port)"
 EDGE_SECRET="edge-$RANDOM$RANDOM$RANDOM"
@@ -75,18 +70,7 @@ trap cleanup EXIT
 wait_up "http://127.0.0.1:$UP_PORT/v1/models" "$DATA/upstream.pid" "$DATA/upstream.log" || exit 2
 bash "$DATA/start.sh" || exit 2
 
-export ACS_BASE_URL="http://127.0.0.1:$EDGE_PORT"
-export ACS_MAKE_KEY="curl -fsS -X POST '$ACS_BASE_URL/admin/keys' -H 'authorization: Bearer $ADMIN_SECRET' -d '{{\"tokens\": {tokens}, \"max_running\": {max_running}}}' | jq -r .key"
-export ACS_RETENTION_SECS="$RETENTION"
-export ACS_MAX_BODY_BYTES="$MAX_BODY"
-export ACS_OPENAPI="${ACS_OPENAPI:-$ROOT/crates/acs-server/openapi.json}"
-export ACS_RESTART_CMD="bash '$DATA/restart.sh'"
-if [[ -z "${ACS_SCHEMATHESIS:-}" && "$PYTHON" == */* && -x "$(dirname "$PYTHON")/schemathesis" ]]; then
-  export ACS_SCHEMATHESIS="$(dirname "$PYTHON")/schemathesis"
-fi
-
-cd "$HERE"
-"$PYTHON" -m pytest -rfE "$@"
-RC=$?
-if [[ $RC -ne 0 && -n "${ACS_SHOW_SERVER_LOG:-}" ]]; then tail -50 "$DATA/edge.log" >&2; fi
-exit $RC
+BASE="http://127.0.0.1:$EDGE_PORT"
+run_suite "$BASE" \
+  "curl -fsS -X POST '$BASE/admin/keys' -H 'authorization: Bearer $ADMIN_SECRET' -d '{{\"tokens\": {tokens}, \"max_running\": {max_running}}}' | jq -r .key" \
+  "bash '$DATA/restart.sh'" "$DATA/edge.log" "$@"

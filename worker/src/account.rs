@@ -60,14 +60,20 @@ pub struct TopUp {
 /// The Durable Object of one API key.
 #[durable_object]
 pub struct Account {
-    inner: Rc<Inner>,
+    /// The object, or why it could not start (storage, configuration): every request
+    /// is then answered that error rather than the object crashing.
+    inner: Result<Rc<Inner>, ApiError>,
 }
 
 impl std::fmt::Debug for Account {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Account")
-            .field("running", &self.inner.running.borrow().len())
-            .finish_non_exhaustive()
+        match &self.inner {
+            Ok(inner) => f
+                .debug_struct("Account")
+                .field("running", &inner.running.borrow().len())
+                .finish_non_exhaustive(),
+            Err(e) => f.debug_tuple("Account").field(e).finish(),
+        }
     }
 }
 
@@ -96,35 +102,42 @@ fn env_number(env: &Env, name: &str, default: u64) -> u64 {
 
 impl DurableObject for Account {
     fn new(state: State, env: Env) -> Self {
-        let db = Db::open(state.storage()).expect("the object's storage opens");
-        let upstreams = Upstreams::from_env(&env).expect("ACS_UPSTREAMS and ACS_EDGE_SECRET");
-        let retention_ms = env_number(&env, "ACS_RETENTION_SECS", 86_400).saturating_mul(1000);
-        Account {
-            inner: Rc::new(Inner {
+        let inner = Db::open(state.storage()).and_then(|db| {
+            let retention_ms = env_number(&env, "ACS_RETENTION_SECS", 86_400).saturating_mul(1000);
+            Ok(Rc::new(Inner {
+                upstreams: Upstreams::from_env(&env)?,
                 state,
                 db,
-                upstreams,
                 retention_ms: i64::try_from(retention_ms).unwrap_or(i64::MAX),
                 max_body_bytes: env_number(&env, "ACS_MAX_BODY_BYTES", 4 << 20) as usize,
                 booted: Cell::new(false),
                 driving: Cell::new(false),
                 running: RefCell::default(),
                 holds: RefCell::default(),
-            }),
+            }))
+        });
+        if let Err(e) = &inner {
+            worker::console_error!("the account object cannot start: {e}");
         }
+        Account { inner }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
-        let inner = &self.inner;
-        let resp = match inner.boot().await {
-            Ok(()) => Rc::clone(inner).route(req).await,
-            Err(e) => Err(e),
+        let resp = match &self.inner {
+            Ok(inner) => match inner.boot().await {
+                Ok(()) => Rc::clone(inner).route(req).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e.clone()),
         };
         Ok(resp.unwrap_or_else(|e| http::error(&e)))
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
-        let inner = Rc::clone(&self.inner);
+        let Ok(inner) = &self.inner else {
+            return Response::ok("");
+        };
+        let inner = Rc::clone(inner);
         if let Err(e) = inner.boot().await {
             worker::console_error!("recovery failed: {e}");
         }

@@ -1537,6 +1537,25 @@ mod x86 {
         }
     }
 
+    /// Activations `at..at + 4` of a block in every 32-bit lane: the four values each
+    /// row's lane multiplies in one `vpdpbusd` of a packed panel.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn broadcast4(qs: &[i8; QK], at: usize) -> __m256i {
+        let b = |k: usize| qs[at + k] as u8;
+        _mm256_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
+    }
+
+    /// The eight lanes (one per row of a panel) as floats.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn lanes(v: __m256) -> [f32; 8] {
+        let mut o = [0f32; 8];
+        // SAFETY: `o` is 8 writable floats; the store is unaligned.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+        o
+    }
+
     /// Panels of a [`super::PackedMatrix`] against `V` vectors: each lane of the
     /// accumulators is one of the panel's eight rows. Every (row, vector) pair sees the
     /// same operations in the same order whatever `V`, so batched and single results
@@ -1556,14 +1575,7 @@ mod x86 {
                     let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
                     for v in 0..V {
                         let xb = &x.blocks[v * x.nb + i];
-                        let q = |at: usize| {
-                            _mm256_set1_epi32(i32::from_le_bytes([
-                                xb.qs[at] as u8,
-                                xb.qs[at + 1] as u8,
-                                xb.qs[at + 2] as u8,
-                                xb.qs[at + 3] as u8,
-                            ]))
-                        };
+                        let q = |at: usize| broadcast4(&xb.qs, at);
                         let mut lo = _mm256_setzero_si256();
                         let mut hi = _mm256_setzero_si256();
                         for (g, &wg) in w.iter().enumerate() {
@@ -1577,12 +1589,7 @@ mod x86 {
                         mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
                     }
                 }
-                std::array::from_fn(|v| {
-                    let mut o = [0f32; 8];
-                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
-                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(acc[v], mins[v])) };
-                    o
-                })
+                std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
             }
         };
     }
@@ -1608,14 +1615,7 @@ mod x86 {
                     let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
                     for v in 0..V {
                         let xb = &x.blocks[v * x.nb + i];
-                        let q = |at: usize| {
-                            _mm256_set1_epi32(i32::from_le_bytes([
-                                xb.qs[at] as u8,
-                                xb.qs[at + 1] as u8,
-                                xb.qs[at + 2] as u8,
-                                xb.qs[at + 3] as u8,
-                            ]))
-                        };
+                        let q = |at: usize| broadcast4(&xb.qs, at);
                         let mut p = _mm256_setzero_si256();
                         for (g, &wg) in w.iter().enumerate() {
                             p = $idot(p, wg, q(4 * g));
@@ -1626,12 +1626,7 @@ mod x86 {
                         acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[v]);
                     }
                 }
-                std::array::from_fn(|v| {
-                    let mut o = [0f32; 8];
-                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
-                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc[v]) };
-                    o
-                })
+                std::array::from_fn(|v| lanes(acc[v]))
             }
         };
     }

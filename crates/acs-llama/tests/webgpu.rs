@@ -15,6 +15,8 @@
 //! Run: `cargo test -p acs-llama --features webgpu --test webgpu`.
 #![cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
 
+mod common;
+
 use std::sync::Arc;
 
 use acs_llama::gguf::GgufFile;
@@ -23,6 +25,7 @@ use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
 use acs_llama::webgpu::{GpuCache, GpuError, GpuModel, GpuSeqInput};
+use common::rel_diff;
 
 /// Relative tolerance on a position's logits (of its largest |logit|) without a flip.
 const TIGHT: f32 = 1e-4;
@@ -43,17 +46,6 @@ fn spec(weights: GgmlType, embed: GgmlType) -> TestModelSpec {
         embed_type: embed,
         ..TestModelSpec::tiny()
     }
-}
-
-/// Max |a - b| relative to max |a|, after checking the lengths agree.
-fn rel_diff(cpu: &[f32], gpu: &[f32]) -> f32 {
-    assert_eq!(cpu.len(), gpu.len(), "logit counts differ");
-    let scale = cpu.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let diff = cpu
-        .iter()
-        .zip(gpu)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    diff / scale
 }
 
 /// Max abs difference (for the report).

@@ -7,6 +7,8 @@
 //! every position within 3e-2 of its largest |logit|, greedy tokens identical.
 #![cfg(all(target_arch = "wasm32", feature = "webgpu"))]
 
+mod common;
+
 use std::sync::Arc;
 
 use acs_llama::gguf::GgufFile;
@@ -15,22 +17,13 @@ use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
 use acs_llama::webgpu::{GpuModel, GpuSeqInput, pick_adapter};
+use common::rel_diff;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
 /// Relative tolerance on a position's logits (of its largest |logit|).
 const FLIP: f32 = 3e-2;
-
-fn rel_diff(cpu: &[f32], gpu: &[f32]) -> f32 {
-    assert_eq!(cpu.len(), gpu.len(), "logit counts differ");
-    let scale = cpu.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let diff = cpu
-        .iter()
-        .zip(gpu)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    diff / scale
-}
 
 /// A prompt's logits at every position, then greedy decoding, on both backends.
 async fn matches_cpu(spec: TestModelSpec, prompt_len: usize, steps: usize) {

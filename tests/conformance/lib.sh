@@ -1,0 +1,39 @@
+# Shared by run_against_acs.sh and run_against_edge.sh (sourced, not run).
+
+# Sets PYTHON to a Python with the suite's requirements: $PYTHON if given, else the
+# venv $VENV (made on first use).
+conformance_python() {
+  if [[ -z "${PYTHON:-}" ]]; then
+    if [[ ! -x "$VENV/bin/python" ]]; then
+      python3 -m venv "$VENV" >&2 && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" >&2
+    fi
+    PYTHON="$VENV/bin/python"
+  fi
+  if ! "$PYTHON" -c "import pytest, httpx" 2>/dev/null; then
+    "$PYTHON" -m pip install -q -r "$HERE/requirements.txt" >&2
+  fi
+}
+
+# A free loopback port.
+free_port() {
+  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Runs the suite: run_suite BASE_URL MAKE_KEY RESTART_CMD LOG [pytest args…]. Shows the
+# end of LOG on failure when ACS_SHOW_SERVER_LOG is set; returns pytest's status.
+run_suite() {
+  local log="$4"
+  export ACS_BASE_URL="$1" ACS_MAKE_KEY="$2" ACS_RESTART_CMD="$3"
+  shift 4
+  export ACS_RETENTION_SECS="$RETENTION"
+  export ACS_MAX_BODY_BYTES="$MAX_BODY"
+  export ACS_OPENAPI="${ACS_OPENAPI:-$ROOT/crates/acs-server/openapi.json}"
+  # schemathesis beside the chosen Python (a venv), else on PATH.
+  if [[ -z "${ACS_SCHEMATHESIS:-}" && "$PYTHON" == */* && -x "$(dirname "$PYTHON")/schemathesis" ]]; then
+    export ACS_SCHEMATHESIS="$(dirname "$PYTHON")/schemathesis"
+  fi
+  (cd "$HERE" && "$PYTHON" -m pytest -rfE "$@")
+  local rc=$?
+  if [[ $rc -ne 0 && -n "${ACS_SHOW_SERVER_LOG:-}" ]]; then tail -50 "$log" >&2; fi
+  return $rc
+}

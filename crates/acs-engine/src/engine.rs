@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use acs_core::ApiError;
 use acs_llama::model::Model;
 
+use crate::backend::Backend;
 use crate::generation::Generation;
 use crate::scheduler::{Event, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
 
@@ -23,22 +24,44 @@ enum Command {
 pub struct Engine {
     tx: Sender<Command>,
     model: Arc<Model>,
+    backend: Arc<str>,
     stats: Arc<Mutex<Stats>>,
 }
 
 impl Engine {
-    /// Starts the engine thread over `model`.
+    /// Starts the engine thread over `model`, stepping on the CPU.
     pub fn start(model: Arc<Model>, config: SchedulerConfig) -> Engine {
+        Engine::start_on(Arc::clone(&model), model, config)
+    }
+
+    /// Starts the engine thread over `model`, stepping its batches on `backend` (the
+    /// same weights, e.g. on a WebGPU device).
+    pub fn start_on<B>(model: Arc<Model>, backend: Arc<B>, config: SchedulerConfig) -> Engine
+    where
+        B: Backend + Send + Sync + 'static,
+        B::Cache: Send,
+    {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(Stats::default()));
-        let scheduler = Scheduler::new(Arc::clone(&model), config);
+        let described: Arc<str> = backend.describe().into();
+        let scheduler = Scheduler::with_backend(Arc::clone(&model), backend, config);
         let shared = Arc::clone(&stats);
         // The thread ends by itself once every handle (every sender) is gone.
         std::thread::Builder::new()
             .name("acs-engine".into())
             .spawn(move || run(scheduler, rx, shared))
             .expect("the OS can start a thread");
-        Engine { tx, model, stats }
+        Engine {
+            tx,
+            model,
+            backend: described,
+            stats,
+        }
+    }
+
+    /// Where the batches step (`cpu`, or the WebGPU adapter).
+    pub fn backend(&self) -> &str {
+        &self.backend
     }
 
     /// The model.
@@ -72,8 +95,8 @@ impl Engine {
     }
 }
 
-fn run(mut scheduler: Scheduler, rx: Receiver<Command>, stats: Arc<Mutex<Stats>>) {
-    let take = |s: &mut Scheduler, cmd: Command| match cmd {
+fn run<B: Backend>(mut scheduler: Scheduler<B>, rx: Receiver<Command>, stats: Arc<Mutex<Stats>>) {
+    let take = |s: &mut Scheduler<B>, cmd: Command| match cmd {
         Command::Submit(g, sink, reply) => {
             let _ = reply.send(s.submit(*g, sink));
         }

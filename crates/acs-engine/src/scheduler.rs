@@ -15,11 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use acs_core::request::Positions;
 use acs_core::response::{Activation, Logprobs};
 use acs_core::{ApiError, Choice, FinishReason, Usage};
-use acs_llama::model::{KvCache, Logits, Model, SeqInput};
+use acs_llama::model::{Logits, Model, SeqInput};
 use acs_llama::sample::{Rng, Sampled, Sampler, log_sum_exp, top_k_indices};
 use acs_llama::tokenizer::StreamDecoder;
 use base64::Engine as _;
 
+use crate::backend::Backend;
 use crate::generation::{Generation, too_big_for_memory};
 use crate::text::ChoiceText;
 
@@ -124,8 +125,8 @@ pub fn kv_bytes_per_token(model: &Model) -> usize {
 /// likeliest alternatives at its position.
 type EchoEntry = (u32, Option<f32>, Vec<(u32, f32)>);
 
-struct PromptRun {
-    cache: Option<KvCache>,
+struct PromptRun<C> {
+    cache: Option<C>,
     done: usize,
     /// Captured residual rows per requested layer, over the prefilled positions.
     captured: BTreeMap<usize, Vec<f32>>,
@@ -135,9 +136,9 @@ struct PromptRun {
     last_row: Option<Vec<f32>>,
 }
 
-struct ChoiceRun {
+struct ChoiceRun<C> {
     index: u32,
-    cache: KvCache,
+    cache: C,
     sampler: Sampler,
     feed: [u32; 1],
     generated: usize,
@@ -152,12 +153,12 @@ struct ChoiceRun {
     moved: bool,
 }
 
-struct Active {
+struct Active<C> {
     generation: Generation,
     sink: Sink,
     cancel: Arc<AtomicBool>,
-    prompts: Vec<PromptRun>,
-    choices: Vec<ChoiceRun>,
+    prompts: Vec<PromptRun<C>>,
+    choices: Vec<ChoiceRun<C>>,
     activations: Vec<Activation>,
 }
 
@@ -174,17 +175,20 @@ enum Slot {
 }
 
 /// The batching scheduler. Single-threaded: the caller drives [`Scheduler::step`]
-/// (a thread natively, the Web Worker's loop in a browser).
-pub struct Scheduler {
+/// (a thread natively, the Web Worker's loop in a browser). The batch steps on
+/// backend `B` (the CPU model unless told otherwise); the model gives the tokenizer
+/// and the shapes.
+pub struct Scheduler<B: Backend = Model> {
     model: Arc<Model>,
+    backend: Arc<B>,
     config: SchedulerConfig,
-    waiting: VecDeque<Active>,
-    running: Vec<Active>,
+    waiting: VecDeque<Active<B::Cache>>,
+    running: Vec<Active<B::Cache>>,
     kv_reserved: usize,
     stats: Stats,
 }
 
-impl std::fmt::Debug for Scheduler {
+impl<B: Backend> std::fmt::Debug for Scheduler<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
             .field("waiting", &self.waiting.len())
@@ -195,11 +199,19 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-impl Scheduler {
-    /// A scheduler over `model`.
+impl Scheduler<Model> {
+    /// A scheduler over `model`, stepping on the CPU.
     pub fn new(model: Arc<Model>, config: SchedulerConfig) -> Self {
+        Scheduler::with_backend(Arc::clone(&model), model, config)
+    }
+}
+
+impl<B: Backend> Scheduler<B> {
+    /// A scheduler over `model` whose batches step on `backend` (the same weights).
+    pub fn with_backend(model: Arc<Model>, backend: Arc<B>, config: SchedulerConfig) -> Self {
         Scheduler {
             model,
+            backend,
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -238,7 +250,7 @@ impl Scheduler {
             .prompts
             .iter()
             .map(|_| PromptRun {
-                cache: Some(self.model.new_cache()),
+                cache: Some(self.backend.new_cache()),
                 done: 0,
                 captured: BTreeMap::new(),
                 echo: Vec::new(),
@@ -289,7 +301,12 @@ impl Scheduler {
         self.sample_decoded(decoded);
         // After the decoded choices: a prompt that finished branches new choices.
         for (request, prompt, tokens, out) in prefilled {
-            self.after_prefill(request, prompt, tokens, out);
+            if let Err(e) = self.after_prefill(request, prompt, tokens, out) {
+                self.fail_all(ApiError::internal(format!(
+                    "branching a prompt failed: {e}"
+                )));
+                return;
+            }
         }
         self.report();
     }
@@ -363,11 +380,9 @@ impl Scheduler {
         });
     }
 
-    fn forward(
-        &mut self,
-    ) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), acs_llama::model::ModelError> {
+    fn forward(&mut self) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), B::Error> {
         let mut slots = Vec::new();
-        let mut batch: Vec<SeqInput<'_>> = Vec::new();
+        let mut batch: Vec<SeqInput<'_, B::Cache>> = Vec::new();
         let mut budget = self.config.prefill_chunk;
         for (ri, a) in self.running.iter_mut().enumerate() {
             let Active {
@@ -435,7 +450,7 @@ impl Scheduler {
                 Slot::Choice { .. } => self.stats.decode_tokens += 1,
             }
         }
-        let out = self.model.forward(&mut batch)?;
+        let out = self.backend.forward(&mut batch)?;
         Ok((slots, out))
     }
 
@@ -445,8 +460,9 @@ impl Scheduler {
         prompt: usize,
         tokens: usize,
         out: acs_llama::model::SeqOutput,
-    ) {
+    ) -> Result<(), B::Error> {
         let model = Arc::clone(&self.model);
+        let backend = Arc::clone(&self.backend);
         let vocab = model.config.vocab;
         let a = &mut self.running[request];
         let g = &a.generation;
@@ -483,7 +499,7 @@ impl Scheduler {
             last_logits = Some(out.logits);
         }
         let Some(logits) = last_logits else {
-            return;
+            return Ok(());
         };
         self.stats.prefills += 1;
         let cache = pr.cache.take().expect("prefilled prompt has its cache");
@@ -544,7 +560,7 @@ impl Scheduler {
             let cache = if i + 1 == n {
                 cache.take().expect("taken once, by the last choice")
             } else {
-                cache.clone().expect("still there before the last choice")
+                backend.fork(cache.as_ref().expect("still there before the last choice"))?
             };
             let mut choice = ChoiceRun {
                 index,
@@ -572,6 +588,7 @@ impl Scheduler {
             }
             a.choices.push(choice);
         }
+        Ok(())
     }
 
     /// Sends each request the text its choices made this step; ends finished ones.
@@ -628,7 +645,7 @@ fn token_text(model: &Model, id: u32) -> String {
 
 /// Takes a sampled token into a choice: end of generation, text and stop sequences,
 /// log-probabilities, the length limit.
-fn accept(model: &Model, g: &Generation, c: &mut ChoiceRun, s: Sampled) {
+fn accept<C>(model: &Model, g: &Generation, c: &mut ChoiceRun<C>, s: Sampled) {
     c.generated += 1;
     c.moved = true;
     let tok = &model.tokenizer;
@@ -674,7 +691,7 @@ fn accept(model: &Model, g: &Generation, c: &mut ChoiceRun, s: Sampled) {
 }
 
 /// The Completion parts of a request that ends now.
-fn finish(a: &mut Active, cancelled: bool) -> Finished {
+fn finish<C>(a: &mut Active<C>, cancelled: bool) -> Finished {
     let mut choices: Vec<Choice> = a
         .choices
         .iter_mut()

@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// Budgets and jobs itself and calls the `/edge` routes for inference.
     #[arg(long, env = "ACS_EDGE_SECRET", hide_env_values = true)]
     edge_secret: Option<String>,
+    /// Where the batches step: `auto` (a hardware GPU through WebGPU if there is one,
+    /// else the CPU), `cpu`, or `webgpu` (any WebGPU adapter, software ones included).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
     /// The playground's static files, served at `/` (default: web/ of this checkout).
     #[arg(long)]
     web: Option<PathBuf>,
@@ -88,10 +92,13 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
     }
     let db = Db::open(&a.data)
         .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
-    let engine = Engine::start(
-        Arc::clone(&model),
+    let engine = start_engine(
+        &model,
+        &path,
+        a.backend,
         SchedulerConfig::with_kv_bytes(&model, a.kv_mib << 20),
-    );
+    )?;
+    eprintln!("acs: batches step on {}", engine.backend());
     let web = a.web.or_else(|| {
         let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web"));
         here.is_dir().then_some(here)
@@ -137,6 +144,61 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             .await
             .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))
     })
+}
+
+/// Where `acs serve` steps its batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// A hardware GPU adapter if WebGPU finds one, else the CPU (a software adapter,
+    /// such as lavapipe or SwiftShader, is slower than the CPU backend).
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// WebGPU on the best adapter found, software ones included.
+    Webgpu,
+}
+
+/// Starts the engine on the backend chosen.
+fn start_engine(
+    model: &Arc<acs_llama::model::Model>,
+    path: &std::path::Path,
+    choice: BackendChoice,
+    config: SchedulerConfig,
+) -> Result<Engine, CliError> {
+    let cpu = || Engine::start(Arc::clone(model), config);
+    if choice == BackendChoice::Cpu {
+        return Ok(cpu());
+    }
+    #[cfg(feature = "webgpu")]
+    {
+        use acs_llama::webgpu::{GpuError, GpuModel};
+        let file = GgufFile::open(path).map_err(|e| {
+            CliError::Api(acs_core::ApiError::internal(format!(
+                "{}: {e}",
+                path.display()
+            )))
+        })?;
+        match GpuModel::open(&file, choice == BackendChoice::Webgpu) {
+            Ok(gpu) => Ok(Engine::start_on(Arc::clone(model), Arc::new(gpu), config)),
+            Err(GpuError::NoAdapter { .. }) if choice == BackendChoice::Auto => {
+                eprintln!("acs: no hardware GPU adapter; the CPU backend runs the model");
+                Ok(cpu())
+            }
+            Err(e) => Err(CliError::Api(acs_core::ApiError::internal(format!(
+                "the WebGPU backend: {e}"
+            )))),
+        }
+    }
+    #[cfg(not(feature = "webgpu"))]
+    {
+        let _ = path;
+        match choice {
+            BackendChoice::Webgpu => Err(CliError::Api(acs_core::ApiError::internal(
+                "this acs was built without the webgpu feature",
+            ))),
+            _ => Ok(cpu()),
+        }
+    }
 }
 
 async fn shutdown() {

@@ -280,7 +280,14 @@ impl GpuModel {
     /// blocking until the weights are uploaded.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new(file: &GgufFile) -> Result<Self, GpuError> {
-        let adapter = pollster::block_on(pick_adapter(true))?;
+        Self::open(file, true)
+    }
+
+    /// Loads a model onto the best adapter [`pick_adapter`] finds, software ones only
+    /// if `allow_software`, blocking until the weights are uploaded.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(file: &GgufFile, allow_software: bool) -> Result<Self, GpuError> {
+        let adapter = pollster::block_on(pick_adapter(allow_software))?;
         pollster::block_on(Self::load(file, adapter))
     }
 
@@ -504,6 +511,34 @@ impl GpuModel {
     /// An empty KV cache for one sequence; it takes device memory at its first step.
     pub fn new_cache(&self) -> GpuCache {
         GpuCache::default()
+    }
+
+    /// A copy of `cache`, made on the device (no readback): how the n choices of a
+    /// prompt branch from its prefill.
+    pub fn fork_cache(&self, cache: &GpuCache) -> Result<GpuCache, GpuError> {
+        self.check_lost()?;
+        let Some((k, v)) = &cache.kv else {
+            return Ok(GpuCache::default());
+        };
+        let like = |src: &wgpu::Buffer, label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: src.size(),
+                usage: STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (nk, nv) = (like(k, "kv cache k"), like(v, "kv cache v"));
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(k, 0, &nk, 0, k.size());
+        enc.copy_buffer_to_buffer(v, 0, &nv, 0, v.size());
+        self.queue.submit([enc.finish()]);
+        Ok(GpuCache {
+            kv: Some((nk, nv)),
+            len: cache.len,
+            cap: cache.cap,
+            layer_bytes: cache.layer_bytes,
+        })
     }
 
     /// Advances each sequence of `batch` by its new tokens (blocking); see

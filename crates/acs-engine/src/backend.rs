@@ -1,0 +1,84 @@
+//! Where the forward pass runs. The scheduler needs three things of a backend: empty
+//! KV caches, a copy of a cache (a prompt's n choices branch from its prefill), and a
+//! batched step. The CPU [`Model`] is one; with the `webgpu` feature, the same
+//! weights on a WebGPU device ([`acs_llama::webgpu::GpuModel`]) are another.
+//!
+//! The CPU model stays the engine's source of the tokenizer and the model's shape
+//! whichever backend steps the batch.
+
+use acs_llama::model::{KvCache, Model, ModelError, SeqInput, SeqOutput};
+
+/// A forward pass the scheduler can drive.
+pub trait Backend {
+    /// One sequence's keys and values.
+    type Cache;
+    /// Why a step failed.
+    type Error: std::fmt::Display;
+
+    /// An empty cache.
+    fn new_cache(&self) -> Self::Cache;
+
+    /// A copy of `cache`, for a choice branching from its prompt.
+    fn fork(&self, cache: &Self::Cache) -> Result<Self::Cache, Self::Error>;
+
+    /// Advances every sequence of `batch` by its new tokens.
+    fn forward(
+        &self,
+        batch: &mut [SeqInput<'_, Self::Cache>],
+    ) -> Result<Vec<SeqOutput>, Self::Error>;
+
+    /// A name for logs and benchmarks (`cpu`, or the adapter).
+    fn describe(&self) -> String;
+}
+
+impl Backend for Model {
+    type Cache = KvCache;
+    type Error = ModelError;
+
+    fn new_cache(&self) -> KvCache {
+        Model::new_cache(self)
+    }
+
+    fn fork(&self, cache: &KvCache) -> Result<KvCache, ModelError> {
+        Ok(cache.clone())
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_, KvCache>]) -> Result<Vec<SeqOutput>, ModelError> {
+        Model::forward(self, batch)
+    }
+
+    fn describe(&self) -> String {
+        "cpu".into()
+    }
+}
+
+#[cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
+mod gpu {
+    use acs_llama::model::{SeqInput, SeqOutput};
+    use acs_llama::webgpu::{GpuCache, GpuError, GpuModel};
+
+    impl super::Backend for GpuModel {
+        type Cache = GpuCache;
+        type Error = GpuError;
+
+        fn new_cache(&self) -> GpuCache {
+            GpuModel::new_cache(self)
+        }
+
+        fn fork(&self, cache: &GpuCache) -> Result<GpuCache, GpuError> {
+            self.fork_cache(cache)
+        }
+
+        fn forward(
+            &self,
+            batch: &mut [SeqInput<'_, GpuCache>],
+        ) -> Result<Vec<SeqOutput>, GpuError> {
+            GpuModel::forward(self, batch)
+        }
+
+        fn describe(&self) -> String {
+            let i = self.adapter_info();
+            format!("webgpu: {} ({:?}, {:?})", i.name, i.backend, i.device_type)
+        }
+    }
+}

@@ -237,6 +237,11 @@ fn f16_matches_cpu() {
 }
 
 #[test]
+fn bf16_matches_cpu() {
+    prefill_and_decode(&spec(GgmlType::BF16, GgmlType::BF16), 9, 16);
+}
+
+#[test]
 fn f32_matches_cpu() {
     let s = TestModelSpec {
         tied: false,

@@ -19,6 +19,11 @@ fn f16_at(o: u32) -> f32 {
     return unpack2x16float((W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu).x;
 }
 
+// A bfloat16 is the high half of an f32.
+fn bf16_at(o: u32) -> f32 {
+    return bitcast<f32>(((W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu) << 16u);
+}
+
 // (scale, min) of sub-block `j` of the packed 12-byte Q4_K / Q5_K scales at byte `p`
 // (ggml's get_scale_min_k4).
 fn scale_min_k4(j: u32, p: u32) -> vec2<f32> {
@@ -61,6 +66,13 @@ fn fill(o: u32, c: u32) {
             let b = o + 64u * c;
             for (var j = 0u; j < 32u; j++) {
                 y[j] = f16_at(b + 2u * j);
+            }
+        }
+        // BF16
+        case 30u: {
+            let b = o + 64u * c;
+            for (var j = 0u; j < 32u; j++) {
+                y[j] = bf16_at(b + 2u * j);
             }
         }
         // Q4_0

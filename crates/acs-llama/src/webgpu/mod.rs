@@ -25,9 +25,10 @@ use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput};
 use crate::quant::{self, GgmlType};
 
 /// The weight formats with a WGSL kernel here (`dequant.wgsl`).
-pub const SUPPORTED: [GgmlType; 8] = [
+pub const SUPPORTED: [GgmlType; 9] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,

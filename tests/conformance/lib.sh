@@ -19,6 +19,18 @@ free_port() {
   "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# Writes $DATA/restart.sh, which the suite's restart test runs: it kills the process
+# whose pid is in file $1 hard (SIGKILL, a crash) and runs $DATA/start.sh again.
+write_restart() {
+  cat >"$DATA/restart.sh" <<RESTART
+#!/usr/bin/env bash
+PID=\$(cat '$1')
+kill -9 "\$PID" 2>/dev/null
+while kill -0 "\$PID" 2>/dev/null; do sleep 0.05; done
+exec bash '$DATA/start.sh'
+RESTART
+}
+
 # Runs the suite: run_suite BASE_URL MAKE_KEY RESTART_CMD LOG [pytest args…]. Shows the
 # end of LOG on failure when ACS_SHOW_SERVER_LOG is set; returns pytest's status.
 run_suite() {

@@ -37,13 +37,7 @@ for _ in \$(seq 600); do
 done
 echo 'acs serve did not come up' >&2; exit 2
 START
-cat >"$DATA/restart.sh" <<RESTART
-#!/usr/bin/env bash
-PID=\$(cat '$DATA/server.pid')
-kill -9 "\$PID" 2>/dev/null
-while kill -0 "\$PID" 2>/dev/null; do sleep 0.05; done
-exec bash '$DATA/start.sh'
-RESTART
+write_restart "$DATA/server.pid"
 
 cleanup() {
   local pid

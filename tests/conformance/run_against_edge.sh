@@ -46,13 +46,7 @@ echo \$! >'$DATA/edge.pid'
 $(declare -f wait_up)
 wait_up 'http://127.0.0.1:$EDGE_PORT/health' '$DATA/edge.pid' '$DATA/edge.log'
 START
-cat >"$DATA/restart.sh" <<RESTART
-#!/usr/bin/env bash
-PID=\$(cat '$DATA/edge.pid')
-kill -9 "\$PID" 2>/dev/null
-while kill -0 "\$PID" 2>/dev/null; do sleep 0.05; done
-exec bash '$DATA/start.sh'
-RESTART
+write_restart "$DATA/edge.pid"
 
 cleanup() {
   for f in edge upstream; do

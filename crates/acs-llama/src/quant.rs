@@ -832,6 +832,24 @@ impl<'a> SharedOut<'a> {
         // guarantees that no other thread touches entry `i`.
         unsafe { self.ptr.add(i).write(v) }
     }
+
+    /// Stores `v` at entries `i .. i + 8` (bounds-checked): a panel's eight rows of
+    /// one vector, which lie side by side in the output.
+    ///
+    /// # Safety
+    /// No other thread may access those entries while the borrow this came from lasts.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    unsafe fn write_lanes(self, i: usize, v: &[f32; 8]) {
+        assert!(
+            i + 8 <= self.len,
+            "output entries {i}..+8 out of {}",
+            self.len
+        );
+        // SAFETY: `i + 8 <= len` keeps the stores inside the borrowed slice, `v` is a
+        // separate array (no overlap), and the caller guarantees no other thread
+        // touches these entries.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(i), 8) }
+    }
 }
 
 /// One job as its tasks see it.
@@ -934,7 +952,13 @@ fn run_task(
     #[cfg(target_arch = "x86_64")]
     if let Isa::Avx2(t) = isa {
         if let Some(pm) = p.packed {
-            return x86::packed_rows(t, pm, rows, qx, &mut put);
+            let (out, n_rows) = (p.out, p.n_rows);
+            let mut put_lanes = |v: usize, r0: usize, lanes: &[f32; 8]| {
+                // SAFETY: a packed job's tasks hold whole panels, so rows r0..r0 + 8
+                // are this task's alone (the tasks partition each job's rows).
+                unsafe { out.write_lanes(v * n_rows + r0, lanes) }
+            };
+            return x86::packed_rows(t, pm, rows, qx, &mut put_lanes);
         }
         if x86::matmul_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
             return;
@@ -1638,13 +1662,13 @@ mod x86 {
     packed_q8_kernel!(packed_q8_0_plain, "avx2,fma,f16c", add_mul_sum_us8);
 
     /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
-    /// `put(v, r, value)` takes each result.
+    /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
     pub(super) fn packed_rows(
         t: Avx2Token,
         pm: &super::PackedMatrix,
         rows: std::ops::Range<usize>,
         qx: &QuantizedActivations,
-        put: &mut impl FnMut(usize, usize, f32),
+        put_lanes: &mut impl FnMut(usize, usize, &[f32; 8]),
     ) {
         let nb = qx.nb;
         let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty);
@@ -1663,9 +1687,7 @@ mod x86 {
                 let panel = &pm.data[p * panel_bytes..(p + 1) * panel_bytes];
                 let mut emit = |o: &[[f32; 8]]| {
                     for (v, lanes) in o.iter().enumerate() {
-                        for (k, &val) in lanes.iter().enumerate() {
-                            put(g + v, r0 + k, val);
-                        }
+                        put_lanes(g + v, r0, lanes);
                     }
                 };
                 // SAFETY: an `Avx2Token` exists only after runtime detection found

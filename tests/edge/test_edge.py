@@ -1,6 +1,6 @@
 """The edge worker in workerd in front of two real `acs serve` upstreams: failover when
-an upstream dies mid-run, jobs charged once, a client that goes away, key isolation
-and the admin secret.
+an upstream dies mid-run, jobs charged once, a client that goes away, key isolation,
+the admin secret, and the openai Python SDK as a client.
 
 Needs: ACS_BIN (an acs binary), ACS_TEST_MODEL (a GGUF; the default SmolLM2), and the
 built worker (worker/build.sh). tests/edge/run.sh sets them up.
@@ -8,6 +8,7 @@ built worker (worker/build.sh). tests/edge/run.sh sets them up.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -328,3 +329,23 @@ def test_a_client_that_goes_away_releases_its_hold(cluster):
     time.sleep(1.5)
     after = [u.cpu_seconds() for u in ups]
     assert sum(after) - sum(mid) < 0.5, (before, mid, after)
+
+
+def test_the_openai_sdk_runs_the_tutorials_steps_through_the_edge(cluster):
+    """The real openai Python SDK (tests/tutorial/openai_steps.py, as against acs serve):
+    2 prompts × n=2, 8 parallel requests, streaming."""
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(100_000)
+    env = dict(os.environ, ACS_API_BASE=f"{edge.url}/v1", ACS_API_KEY=key)
+    out = subprocess.run(["python3", str(ROOT / "tests" / "tutorial" / "openai_steps.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["indexes"] == [0, 1, 2, 3]
+    assert summary["streamed_indexes"] == [0, 1, 2, 3]
+    assert summary["parallel"] == 8
+    u = summary["usage"]
+    assert u["completion_tokens"] == 8 and u["total_tokens"] == u["prompt_tokens"] + 8
+    b = settle_budget(edge, key)
+    assert b["tokens_held"] == 0 and b["running"] == 0

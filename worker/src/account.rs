@@ -393,14 +393,16 @@ impl Inner {
     /// was generated until then (and the upstream run is cancelled).
     async fn stream(self: Rc<Self>, rid: String, body: String) -> Result<Response, ApiError> {
         let controller = AbortController::default();
-        let upstream = match self
+        let started = self
             .upstreams
             .run(&body, Endpoint::Completions, &controller.signal())
             .await
-        {
-            Ok(mut r) => r
-                .stream()
-                .map_err(|e| ApiError::internal(format!("upstream body: {e}")))?,
+            .and_then(|mut r| {
+                r.stream()
+                    .map_err(|e| ApiError::internal(format!("upstream body: {e}")))
+            });
+        let upstream = match started {
+            Ok(s) => s,
             Err(e) => {
                 self.settle(&rid, 0);
                 return Err(e);

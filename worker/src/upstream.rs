@@ -94,7 +94,6 @@ impl Upstreams {
         body: Option<(&str, Endpoint)>,
         run: Option<&AbortSignal>,
     ) -> Result<Response, ApiError> {
-        let signal = run;
         let start = self.next.get();
         if run.is_some() {
             self.next.set(start.wrapping_add(1));
@@ -119,14 +118,14 @@ impl Upstreams {
             init.with_headers(headers);
             let req = Request::new_with_init(&format!("{base}{path}"), &init)
                 .map_err(|e| ApiError::internal(format!("upstream request: {e}")))?;
-            let sent = match signal {
+            let sent = match run {
                 Some(s) => Fetch::Request(req).send_with_signal(s).await,
                 None => Fetch::Request(req).send().await,
             };
             match sent {
                 Ok(resp) => return Ok(resp),
                 Err(e) => {
-                    if signal.is_some_and(AbortSignal::aborted) {
+                    if run.is_some_and(AbortSignal::aborted) {
                         return Err(unavailable("the request was cancelled"));
                     }
                     worker::console_warn!("upstream {base} failed: {e}");

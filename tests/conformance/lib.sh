@@ -1,4 +1,11 @@
-# Shared by run_against_acs.sh and run_against_edge.sh (sourced, not run).
+# Shared by run_against_acs.sh and run_against_edge.sh (sourced, not run, after they
+# set HERE to this folder): the settings both take, and their common steps.
+
+ROOT="$(cd "$HERE/../.." && pwd)"
+ACS_BIN="${ACS_BIN:-${CARGO_TARGET_DIR:-/root/.cache/acs-target}/release/acs}"
+RETENTION="${ACS_RETENTION_SECS:-4}"
+MAX_BODY="${ACS_MAX_BODY_BYTES:-1048576}"
+VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
 
 # Sets PYTHON to a Python with the suite's requirements: $PYTHON if given, else the
 # venv $VENV (made on first use).

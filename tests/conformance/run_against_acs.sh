@@ -7,18 +7,13 @@
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-ACS_BIN="${ACS_BIN:-${CARGO_TARGET_DIR:-/root/.cache/acs-target}/release/acs}"
-RETENTION="${ACS_RETENTION_SECS:-4}"
-MAX_BODY="${ACS_MAX_BODY_BYTES:-1048576}"
-VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
+source "$HERE/lib.sh"
 
 if [[ ! -x "$ACS_BIN" ]]; then
   echo "run_against_acs.sh: no acs binary at $ACS_BIN (build it: cargo build --release -p acs-server)" >&2
   exit 2
 fi
 
-source "$HERE/lib.sh"
 conformance_python
 
 DATA="$(mktemp -d -t acs-conformance.XXXXXX)"

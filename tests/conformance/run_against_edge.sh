@@ -7,15 +7,10 @@
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-ACS_BIN="${ACS_BIN:-${CARGO_TARGET_DIR:-/root/.cache/acs-target}/release/acs}"
-RETENTION="${ACS_RETENTION_SECS:-4}"
-MAX_BODY="${ACS_MAX_BODY_BYTES:-1048576}"
-VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
+source "$HERE/lib.sh"
 
 [[ -x "$ACS_BIN" ]] || { echo "run_against_edge.sh: no acs binary at $ACS_BIN" >&2; exit 2; }
 [[ -f "$ROOT/worker/build/index_bg.wasm" ]] || { echo "run_against_edge.sh: build the worker first (worker/build.sh)" >&2; exit 2; }
-source "$HERE/lib.sh"
 conformance_python
 
 DATA="$(mktemp -d -t acs-edge-conformance.XXXXXX)"

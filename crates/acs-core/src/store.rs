@@ -165,6 +165,56 @@ impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Everything the store holds, to be kept elsewhere (the browser keeps it in
+    /// IndexedDB so that jobs survive a reload).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            keys: self.keys.values().cloned().collect(),
+            budgets: self.budgets.clone(),
+            holds: self.holds.values().cloned().collect(),
+            jobs: self.jobs.values().cloned().collect(),
+            results: self
+                .results
+                .iter()
+                .map(|(id, r)| (*id, r.clone()))
+                .collect(),
+            idempotency: self.idempotency.values().cloned().collect(),
+        }
+    }
+
+    /// The store a [`Snapshot`] was taken of.
+    pub fn from_snapshot(s: Snapshot) -> Self {
+        MemoryStore {
+            keys: s.keys.into_iter().map(|k| (k.id.clone(), k)).collect(),
+            budgets: s.budgets,
+            holds: s.holds.into_iter().map(|h| (h.id.clone(), h)).collect(),
+            jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
+            results: s.results.into_iter().collect(),
+            idempotency: s
+                .idempotency
+                .into_iter()
+                .map(|r| ((r.key_id.clone(), r.idempotency_key.clone()), r))
+                .collect(),
+        }
+    }
+}
+
+/// A [`MemoryStore`]'s contents in a serialisable form.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Keys.
+    pub keys: Vec<ApiKey>,
+    /// Budgets by key id.
+    pub budgets: BTreeMap<String, Budget>,
+    /// Holds.
+    pub holds: Vec<Hold>,
+    /// Jobs.
+    pub jobs: Vec<Job>,
+    /// Results of finished jobs.
+    pub results: Vec<(JobId, JobResult)>,
+    /// Idempotency records.
+    pub idempotency: Vec<IdempotencyRecord>,
 }
 
 impl Store for MemoryStore {
@@ -270,5 +320,34 @@ impl Store for MemoryStore {
         let n = self.idempotency.len();
         self.idempotency.retain(|_, r| r.created_at >= before);
         Ok(n - self.idempotency.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{jobs, ledger};
+
+    #[test]
+    fn a_snapshot_restores_the_same_store_through_json() {
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let mut s = MemoryStore::new();
+        s.put_budget(
+            "key_a",
+            &Budget {
+                tokens_left: 100,
+                max_running: 2,
+            },
+        )
+        .unwrap();
+        ledger::admit(&mut s, "key_a", "req_1", 40, now).unwrap();
+        let job = Job::new(JobId::new_v7(now, [7; 10]), "key_a", "m", "{}".into(), now);
+        jobs::create(&mut s, job.clone(), Some("idem-1")).unwrap();
+        let json = serde_json::to_string(&s.snapshot()).unwrap();
+        let back = MemoryStore::from_snapshot(serde_json::from_str(&json).unwrap());
+        assert_eq!(back.snapshot(), s.snapshot());
+        assert_eq!(back.holds("key_a").unwrap().len(), 1);
+        assert_eq!(back.job(job.id).unwrap(), Some(job));
+        assert!(back.idempotency("key_a", "idem-1").unwrap().is_some());
     }
 }

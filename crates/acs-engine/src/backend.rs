@@ -9,6 +9,12 @@
 use acs_llama::model::{KvCache, Model, ModelError, SeqInput, SeqOutput};
 
 /// A forward pass the scheduler can drive.
+///
+/// The step is async because the browser cannot block on the GPU: there a step
+/// awaits its read-back, while natively the engine thread blocks on the future.
+/// The futures need not be `Send`: one thread drives a scheduler's steps (its own
+/// thread natively, the page's or Web Worker's in wasm).
+#[allow(async_fn_in_trait)]
 pub trait Backend {
     /// One sequence's keys and values.
     type Cache;
@@ -22,7 +28,7 @@ pub trait Backend {
     fn fork(&self, cache: &Self::Cache) -> Result<Self::Cache, Self::Error>;
 
     /// Advances every sequence of `batch` by its new tokens.
-    fn forward(
+    async fn forward(
         &self,
         batch: &mut [SeqInput<'_, Self::Cache>],
     ) -> Result<Vec<SeqOutput>, Self::Error>;
@@ -43,7 +49,10 @@ impl Backend for Model {
         Ok(cache.clone())
     }
 
-    fn forward(&self, batch: &mut [SeqInput<'_, KvCache>]) -> Result<Vec<SeqOutput>, ModelError> {
+    async fn forward(
+        &self,
+        batch: &mut [SeqInput<'_, KvCache>],
+    ) -> Result<Vec<SeqOutput>, ModelError> {
         Model::forward(self, batch)
     }
 
@@ -52,7 +61,7 @@ impl Backend for Model {
     }
 }
 
-#[cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
+#[cfg(feature = "webgpu")]
 mod gpu {
     use acs_llama::model::{SeqInput, SeqOutput};
     use acs_llama::webgpu::{GpuCache, GpuError, GpuModel};
@@ -69,11 +78,11 @@ mod gpu {
             self.fork_cache(cache)
         }
 
-        fn forward(
+        async fn forward(
             &self,
             batch: &mut [SeqInput<'_, GpuCache>],
         ) -> Result<Vec<SeqOutput>, GpuError> {
-            GpuModel::forward(self, batch)
+            self.forward_async(batch).await
         }
 
         fn describe(&self) -> String {

@@ -111,7 +111,7 @@ fn run<B: Backend>(mut scheduler: Scheduler<B>, rx: Receiver<Command>, stats: Ar
         while let Ok(cmd) = rx.try_recv() {
             take(&mut scheduler, cmd);
         }
-        scheduler.step();
+        scheduler.step_blocking();
         *stats.lock().unwrap_or_else(|p| p.into_inner()) = scheduler.stats();
     }
 }

@@ -273,13 +273,16 @@ impl<B: Backend> Scheduler<B> {
 
     /// Runs one step: admits waiting requests that fit, prefills a chunk of prompts,
     /// decodes one token for every running choice, and reports to the sinks.
-    pub fn step(&mut self) {
+    ///
+    /// Natively the CPU backend's step is ready at once: [`Scheduler::step_blocking`]
+    /// runs it to its end.
+    pub async fn step(&mut self) {
         self.admit();
         self.drop_cancelled();
         if self.running.is_empty() {
             return;
         }
-        let (slots, outputs) = match self.forward() {
+        let (slots, outputs) = match self.forward().await {
             Ok(x) => x,
             Err(e) => {
                 self.fail_all(ApiError::internal(format!("model step failed: {e}")));
@@ -380,7 +383,13 @@ impl<B: Backend> Scheduler<B> {
         });
     }
 
-    fn forward(&mut self) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), B::Error> {
+    /// Runs [`Scheduler::step`] on the calling thread, blocking on the backend.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn step_blocking(&mut self) {
+        pollster::block_on(self.step());
+    }
+
+    async fn forward(&mut self) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), B::Error> {
         let mut slots = Vec::new();
         let mut batch: Vec<SeqInput<'_, B::Cache>> = Vec::new();
         let mut budget = self.config.prefill_chunk;
@@ -450,7 +459,7 @@ impl<B: Backend> Scheduler<B> {
                 Slot::Choice { .. } => self.stats.decode_tokens += 1,
             }
         }
-        let out = self.backend.forward(&mut batch)?;
+        let out = self.backend.forward(&mut batch).await?;
         Ok((slots, out))
     }
 

@@ -53,7 +53,7 @@ fn submit(s: &mut Scheduler, body: Value) -> Log {
 fn run_to_end(s: &mut Scheduler) {
     let mut guard = 0;
     while !s.is_idle() {
-        s.step();
+        s.step_blocking();
         guard += 1;
         assert!(guard < 10_000, "scheduler never finished");
     }
@@ -269,10 +269,10 @@ fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
         )
         .unwrap();
     for _ in 0..4 {
-        s.step();
+        s.step_blocking();
     }
     ticket.cancel();
-    s.step();
+    s.step_blocking();
     assert!(s.is_idle());
     let f = done(&log);
     assert!(f.cancelled);
@@ -295,7 +295,7 @@ fn a_gone_receiver_cancels_and_a_dropped_ticket_cancels() {
     let ticket = s.submit(g, Box::new(|_| true)).unwrap();
     drop(ticket);
     for _ in 0..3 {
-        s.step();
+        s.step_blocking();
     }
     assert!(s.is_idle());
 }
@@ -320,7 +320,7 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
         &mut s,
         json!({"model":"m","prompt":[6],"max_tokens":20,"temperature":0}),
     );
-    s.step();
+    s.step_blocking();
     assert!(
         a.lock().unwrap().len() == 1 && b.lock().unwrap().is_empty(),
         "b waits"

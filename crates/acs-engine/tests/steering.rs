@@ -120,7 +120,7 @@ fn run_all(model: &Arc<Model>, bodies: &[serde_json::Value]) -> Vec<Event> {
         })
         .collect();
     while !s.is_idle() {
-        s.step();
+        s.step_blocking();
     }
     logs.iter()
         .map(|l| l.lock().unwrap().last().unwrap().clone())

@@ -1,0 +1,300 @@
+//! ACS in the browser: the whole contract on the visitor's GPU, nothing to install.
+//!
+//! [`Acs`] is the JS API (`Acs.load(bytes, options)`, then `completions`, `createJob`,
+//! `job`, `cancelJob`, `jobResult`, `jobs`, `models`, `budget`), taking and returning
+//! the contract's JSON as JS objects. The page runs it in a dedicated Web Worker
+//! (`web/acs-worker.js`), which owns the GPU device; `web/acs-client.js` talks to the
+//! worker and offers a `fetch` that the openai JS SDK can use in-page.
+//!
+//! - [`device`]: WebGPU, or the CPU backend compiled to wasm where WebGPU is absent;
+//! - [`runtime`]: the store, the scheduler task and the job dispatcher.
+#![cfg(target_arch = "wasm32")]
+
+pub mod device;
+pub mod runtime;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use acs_core::{ApiError, Budget, MemoryStore};
+use acs_llama::gguf::{GgufError, GgufFile};
+use acs_llama::model::{Model, ModelError};
+use acs_llama::webgpu::{GpuError, GpuModel, pick_adapter};
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::device::Device;
+use crate::runtime::{Runtime, Settings};
+
+/// Why a model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The options object is not what `load` takes.
+    #[error("bad options: {0}")]
+    Options(String),
+    /// Not a GGUF file, or a broken one.
+    #[error("not a usable GGUF file: {0}")]
+    Gguf(#[from] GgufError),
+    /// A GGUF file, but not a model this engine runs.
+    #[error("the model cannot be run: {0}")]
+    Model(#[from] ModelError),
+    /// WebGPU was asked for and the browser has none.
+    #[error(
+        "this browser offers no WebGPU adapter ({0}); load with backend \"auto\" or \"cpu\" to run on the CPU"
+    )]
+    NoWebGpu(GpuError),
+    /// The GPU could not take the model (too little memory, device lost, …).
+    #[error("the GPU could not load the model: {0}")]
+    Gpu(GpuError),
+    /// The saved store of an earlier page is unreadable.
+    #[error("the saved jobs are unreadable: {0}")]
+    Snapshot(#[from] serde_json::Error),
+    /// The saved store could not be recovered.
+    #[error("the saved jobs could not be recovered: {0}")]
+    Recover(ApiError),
+}
+
+/// What `Acs.load` takes besides the bytes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+struct LoadOptions {
+    /// `"auto"` (WebGPU if the browser has it, else the CPU), `"webgpu"` or `"cpu"`.
+    backend: Option<String>,
+    /// The model's id in requests (default `"local"`; `"llama-8b"` always works too).
+    model_id: Option<String>,
+    /// KV cache memory in MiB (default 256).
+    kv_mib: Option<usize>,
+    /// How long finished jobs' results are kept, in ms (default 24 h).
+    retention_ms: Option<i64>,
+    /// A Budget for the page: its Holds and limits then apply as on a server.
+    budget: Option<BudgetOption>,
+    /// The store an earlier page saved (`onChange`), so its jobs survive a reload.
+    snapshot: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BudgetOption {
+    tokens: u64,
+    max_running: Option<u32>,
+}
+
+impl BudgetOption {
+    fn budget(&self) -> Budget {
+        Budget {
+            tokens_left: self.tokens,
+            max_running: self.max_running.unwrap_or(16),
+        }
+    }
+}
+
+/// The engine in this page or worker: one model, one local API key.
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct Acs {
+    rt: Rc<Runtime>,
+}
+
+#[wasm_bindgen]
+impl Acs {
+    /// Loads a GGUF model from its bytes and starts the engine.
+    pub async fn load(bytes: Vec<u8>, options: JsValue) -> Result<Acs, JsValue> {
+        Self::load_inner(bytes, options).await.map_err(|e| {
+            let err = js_sys::Error::new(&e.to_string());
+            err.set_name("AcsLoadError");
+            err.into()
+        })
+    }
+
+    async fn load_inner(bytes: Vec<u8>, options: JsValue) -> Result<Acs, LoadError> {
+        let options: LoadOptions = if options.is_undefined() || options.is_null() {
+            LoadOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options)
+                .map_err(|e| LoadError::Options(e.to_string()))?
+        };
+        let file = Arc::new(GgufFile::from_vec(bytes)?);
+        let model = Arc::new(Model::from_gguf(Arc::clone(&file))?);
+        let device = match options.backend.as_deref().unwrap_or("auto") {
+            "cpu" => Device::Cpu(Arc::clone(&model)),
+            "webgpu" => {
+                let adapter = pick_adapter(true).await.map_err(LoadError::NoWebGpu)?;
+                let gpu = GpuModel::load(&file, adapter)
+                    .await
+                    .map_err(LoadError::Gpu)?;
+                Device::Gpu(Box::new(gpu))
+            }
+            "auto" => match pick_adapter(true).await {
+                Ok(adapter) => match GpuModel::load(&file, adapter).await {
+                    Ok(gpu) => Device::Gpu(Box::new(gpu)),
+                    // A model the GPU cannot take still runs on the CPU.
+                    Err(_) => Device::Cpu(Arc::clone(&model)),
+                },
+                Err(_) => Device::Cpu(Arc::clone(&model)),
+            },
+            other => {
+                return Err(LoadError::Options(format!(
+                    "backend must be \"auto\", \"webgpu\" or \"cpu\", not {other:?}"
+                )));
+            }
+        };
+        let restored = match &options.snapshot {
+            Some(s) => Some(MemoryStore::from_snapshot(serde_json::from_str(s)?)),
+            None => None,
+        };
+        let settings = Settings {
+            model_id: options.model_id.unwrap_or_else(|| "local".into()),
+            kv_bytes: options.kv_mib.unwrap_or(256) << 20,
+            retention_ms: options.retention_ms.unwrap_or(acs_core::Timestamp::DAY_MS),
+            budget: options.budget.as_ref().map(BudgetOption::budget),
+        };
+        let rt = Runtime::start(model, device, settings, restored).map_err(LoadError::Recover)?;
+        Ok(Acs { rt })
+    }
+
+    /// Where the batches step: `cpu`, or `webgpu: <adapter>`.
+    #[wasm_bindgen(getter)]
+    pub fn backend(&self) -> String {
+        self.rt.backend().to_owned()
+    }
+
+    /// Work counters: steps, prefills, prefill and decode tokens, largest batch.
+    pub fn stats(&self) -> JsValue {
+        let s = self.rt.stats();
+        to_js(&serde_json::json!({
+            "steps": s.steps,
+            "prefills": s.prefills,
+            "prefill_tokens": s.prefill_tokens,
+            "decode_tokens": s.decode_tokens,
+            "max_batch": s.max_batch,
+        }))
+    }
+
+    /// `GET /v1/models`.
+    pub fn models(&self) -> JsValue {
+        to_js(&self.rt.models())
+    }
+
+    /// `GET /v1/budget`.
+    pub fn budget(&self) -> Result<JsValue, JsValue> {
+        answer(self.rt.budget())
+    }
+
+    /// Gives the page a Budget of `tokens` with at most `max_running` requests at once.
+    #[wasm_bindgen(js_name = setBudget)]
+    pub fn set_budget(&self, tokens: f64, max_running: u32) -> Result<JsValue, JsValue> {
+        let budget = Budget {
+            tokens_left: tokens.max(0.0) as u64,
+            max_running,
+        };
+        answer(self.rt.set_budget(budget))
+    }
+
+    /// `POST /v1/completions`. `body` is the request (an object or JSON text). When it
+    /// streams, `onChunk` gets each chunk (return `false` to stop); the promise
+    /// resolves to the whole Completion either way. Aborting `signal` cancels.
+    pub fn completions(
+        &self,
+        body: JsValue,
+        on_chunk: Option<js_sys::Function>,
+        signal: Option<web_sys::AbortSignal>,
+    ) -> js_sys::Promise {
+        let rt = Rc::clone(&self.rt);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let body = request_body(body).map_err(api_error)?;
+            let send = |c: &acs_core::CompletionChunk| match &on_chunk {
+                Some(f) => f
+                    .call1(&JsValue::NULL, &to_js(c))
+                    .map(|r| r.as_bool() != Some(false))
+                    .unwrap_or(false),
+                None => true,
+            };
+            let aborted = || signal.as_ref().is_some_and(|s| s.aborted());
+            answer(rt.complete(&body, send, aborted).await)
+        })
+    }
+
+    /// `POST /v1/jobs`: resolves to `{ job, replayed }` (`replayed` when the
+    /// idempotency key was seen with the same body).
+    #[wasm_bindgen(js_name = createJob)]
+    pub fn create_job(
+        &self,
+        body: JsValue,
+        idempotency_key: Option<String>,
+    ) -> Result<JsValue, JsValue> {
+        let body = request_body(body).map_err(api_error)?;
+        let (job, replayed) = self
+            .rt
+            .create_job(&body, idempotency_key.as_deref())
+            .map_err(api_error)?;
+        Ok(to_js(
+            &serde_json::json!({ "job": job, "replayed": replayed }),
+        ))
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub fn job(&self, id: &str) -> Result<JsValue, JsValue> {
+        answer(self.rt.job(id))
+    }
+
+    /// `GET /v1/jobs?limit=&after=`.
+    pub fn jobs(&self, limit: Option<String>, after: Option<String>) -> Result<JsValue, JsValue> {
+        answer(self.rt.jobs(limit.as_deref(), after.as_deref()))
+    }
+
+    /// `POST /v1/jobs/{id}/cancel`.
+    #[wasm_bindgen(js_name = cancelJob)]
+    pub fn cancel_job(&self, id: &str) -> Result<JsValue, JsValue> {
+        answer(self.rt.cancel_job(id))
+    }
+
+    /// `GET /v1/jobs/{id}/result`.
+    #[wasm_bindgen(js_name = jobResult)]
+    pub fn job_result(&self, id: &str) -> Result<JsValue, JsValue> {
+        answer(self.rt.job_result(id))
+    }
+
+    /// The store (Budget, Holds, jobs, results) as JSON, to be passed back to `load`
+    /// as `snapshot` after a reload.
+    pub fn snapshot(&self) -> String {
+        self.rt.snapshot()
+    }
+
+    /// Calls `f(snapshotJson)` after every change of the store.
+    #[wasm_bindgen(js_name = onChange)]
+    pub fn on_change(&self, f: Option<js_sys::Function>) {
+        self.rt.on_change(f);
+    }
+}
+
+/// A request body given as an object or as JSON text.
+fn request_body(body: JsValue) -> Result<serde_json::Value, ApiError> {
+    if let Some(text) = body.as_string() {
+        return acs_core::request::parse_json_object(text.as_bytes());
+    }
+    serde_wasm_bindgen::from_value(body).map_err(|e| {
+        ApiError::new(
+            acs_core::ErrorCode::InvalidJson,
+            format!("The request body is not a JSON object: {e}."),
+        )
+    })
+}
+
+/// A value as a plain JS object (maps as objects, 64-bit integers as numbers).
+fn to_js(v: &impl Serialize) -> JsValue {
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .unwrap_or(JsValue::NULL)
+}
+
+fn answer<T: Serialize>(r: Result<T, ApiError>) -> Result<JsValue, JsValue> {
+    r.map(|v| to_js(&v)).map_err(api_error)
+}
+
+/// An `ApiError` as a JS `Error` carrying the contract's `status` and `body`.
+fn api_error(e: ApiError) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    err.set_name("AcsError");
+    let _ = js_sys::Reflect::set(&err, &"status".into(), &JsValue::from(e.status()));
+    let _ = js_sys::Reflect::set(&err, &"body".into(), &to_js(&e.body()));
+    err.into()
+}

@@ -1,0 +1,270 @@
+//! The package in headless Chromium (SwiftShader WebGPU), through the JS API the page
+//! uses: a generated model, completions with several prompts × n, streaming,
+//! steering, jobs to their result, a reload's saved jobs, Budgets, bad input.
+//!
+//! Run: `wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver
+//! crates/acs-web` (`webdriver.json` beside the crate turns WebGPU on).
+#![cfg(target_arch = "wasm32")]
+
+use acs_llama::testgen::{TestModelSpec, test_model_bytes};
+use acs_web::Acs;
+use serde_json::{Value, json};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn model() -> Vec<u8> {
+    test_model_bytes(&TestModelSpec::tiny()).expect("model")
+}
+
+async fn load(backend: &str) -> Acs {
+    let options = js(&json!({ "backend": backend, "modelId": "tiny" }));
+    Acs::load(model(), options).await.expect("the model loads")
+}
+
+fn js(v: &Value) -> JsValue {
+    use serde::Serialize;
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .expect("to js")
+}
+
+fn val(v: JsValue) -> Value {
+    serde_wasm_bindgen::from_value(v).expect("from js")
+}
+
+async fn complete(acs: &Acs, body: Value) -> Result<Value, JsValue> {
+    JsFuture::from(acs.completions(js(&body), None, None))
+        .await
+        .map(val)
+}
+
+fn status(e: &JsValue) -> u16 {
+    js_sys::Reflect::get(e, &"status".into())
+        .ok()
+        .and_then(|s| s.as_f64())
+        .unwrap_or(0.0) as u16
+}
+
+async fn sleep(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let f: js_sys::Function = js_sys::Reflect::get(&js_sys::global(), &"setTimeout".into())
+            .unwrap()
+            .unchecked_into();
+        f.call2(&JsValue::NULL, &resolve, &ms.into()).unwrap();
+    });
+    JsFuture::from(p).await.unwrap();
+}
+
+fn body(n: u32, extra: Value) -> Value {
+    let mut b = json!({
+        "model": "llama-8b",
+        "prompt": ["Once upon a time", "The answer is"],
+        "n": n,
+        "max_tokens": 5,
+        "temperature": 0.8,
+        "seed": 7,
+    });
+    b.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    b
+}
+
+#[wasm_bindgen_test]
+async fn two_prompts_times_n_two_on_webgpu() {
+    let acs = load("webgpu").await;
+    assert!(acs.backend().starts_with("webgpu"), "{}", acs.backend());
+    let c = complete(&acs, body(2, json!({}))).await.expect("completes");
+    let choices = c["choices"].as_array().unwrap();
+    let idx: Vec<u64> = choices
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    let one = complete(&acs, body(1, json!({}))).await.expect("completes");
+    // Each prompt counts once, whatever n.
+    assert_eq!(c["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+    let u = &c["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
+    assert!(u["completion_tokens"].as_u64().unwrap() <= 4 * 5);
+    let models = val(acs.models());
+    assert_eq!(models["data"][0]["id"], "tiny");
+    assert_eq!(models["data"][1]["id"], "llama-8b");
+}
+
+#[wasm_bindgen_test]
+async fn streaming_chunks_add_up_to_the_completion() {
+    let acs = load("webgpu").await;
+    let chunks = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let sink = {
+        let chunks = chunks.clone();
+        wasm_bindgen::closure::Closure::<dyn FnMut(JsValue) -> bool>::new(move |c: JsValue| {
+            chunks.borrow_mut().push(val(c));
+            true
+        })
+    };
+    let b = body(
+        2,
+        json!({"stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let whole = JsFuture::from(acs.completions(
+        js(&b),
+        Some(sink.as_ref().unchecked_ref::<js_sys::Function>().clone()),
+        None,
+    ))
+    .await
+    .map(val)
+    .expect("streams");
+    let chunks = chunks.borrow();
+    assert!(chunks.len() >= 2, "{} chunks", chunks.len());
+    let mut texts = vec![String::new(); 4];
+    for c in chunks.iter() {
+        for ch in c["choices"].as_array().unwrap() {
+            texts[ch["index"].as_u64().unwrap() as usize] += ch["text"].as_str().unwrap();
+        }
+    }
+    for (i, ch) in whole["choices"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(ch["text"].as_str().unwrap(), texts[i], "choice {i}");
+    }
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(last["usage"], whole["usage"]);
+}
+
+#[wasm_bindgen_test]
+async fn steering_changes_greedy_text_and_only_for_its_request() {
+    let acs = load("webgpu").await;
+    let greedy = json!({"temperature": 0, "max_tokens": 8});
+    let plain = complete(&acs, body(1, greedy.clone())).await.unwrap();
+    let again = complete(&acs, body(1, greedy.clone())).await.unwrap();
+    assert_eq!(
+        plain["choices"], again["choices"],
+        "greedy decoding repeats"
+    );
+    let vector: Vec<f32> = (0..64)
+        .map(|i| if i % 2 == 0 { 40.0 } else { -40.0 })
+        .collect();
+    let mut steered = greedy.clone();
+    steered["steering"] = json!([{"layer": 0, "vector": vector, "scale": 1.0}]);
+    let s = complete(&acs, body(1, steered)).await.unwrap();
+    assert_ne!(s["choices"], plain["choices"], "steering changed nothing");
+    let mut wrong = greedy;
+    wrong["steering"] = json!([{"layer": 0, "vector": [1.0, 2.0], "scale": 1.0}]);
+    let e = complete(&acs, body(1, wrong)).await.unwrap_err();
+    assert_eq!(status(&e), 400);
+}
+
+async fn until_final(acs: &Acs, id: &str) -> Value {
+    for _ in 0..600 {
+        let j = val(acs.job(id).expect("the job exists"));
+        if ["succeeded", "failed", "cancelled", "expired"].contains(&j["status"].as_str().unwrap())
+        {
+            return j;
+        }
+        sleep(20).await;
+    }
+    panic!("job {id} never ended");
+}
+
+#[wasm_bindgen_test]
+async fn a_job_runs_to_its_result_and_replays_its_idempotency_key() {
+    let acs = load("webgpu").await;
+    let b = body(
+        2,
+        json!({"activations": {"layers": [0, 1], "positions": "last"}}),
+    );
+    let created = val(acs
+        .create_job(js(&b), Some("job-1".into()))
+        .expect("accepted"));
+    assert_eq!(created["replayed"], false);
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    let replay = val(acs.create_job(js(&b), Some("job-1".into())).unwrap());
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["job"]["id"], id.as_str());
+    let other = json!({"model": "llama-8b", "prompt": "x", "max_tokens": 1});
+    let e = acs
+        .create_job(js(&other), Some("job-1".into()))
+        .unwrap_err();
+    assert_eq!(status(&e), 422, "a key reused with another body");
+    let j = until_final(&acs, &id).await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    let r = val(acs.job_result(&id).expect("a result"));
+    assert_eq!(r["choices"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        r["activations"].as_array().unwrap().len(),
+        4,
+        "2 prompts × 2 layers"
+    );
+    let list = val(acs.jobs(None, None).unwrap());
+    assert_eq!(list["data"][0]["id"], id.as_str());
+    let budget = val(acs.budget().unwrap());
+    assert_eq!(budget["tokens_held"], 0);
+}
+
+#[wasm_bindgen_test]
+async fn saved_jobs_survive_a_reload_and_run_on_the_cpu() {
+    let acs = load("cpu").await;
+    assert_eq!(acs.backend(), "cpu");
+    let b = body(2, json!({}));
+    let created = val(acs.create_job(js(&b), None).unwrap());
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    // The page goes away before the job ran: the next one starts from what it saved.
+    let saved = acs.snapshot();
+    drop(acs);
+    let options = js(&json!({"backend": "cpu", "modelId": "tiny", "snapshot": saved}));
+    let again = Acs::load(model(), options).await.expect("reloads");
+    let j = until_final(&again, &id).await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    assert_eq!(
+        val(again.job_result(&id).unwrap())["choices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+}
+
+#[wasm_bindgen_test]
+async fn a_budget_holds_and_charges_as_on_a_server() {
+    let acs = load("cpu").await;
+    acs.set_budget(60.0, 4).unwrap();
+    // Hold = prompts + 4 choices × 50 tokens > 60: refused outright.
+    let e = complete(&acs, body(2, json!({"max_tokens": 50})))
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 402);
+    let c = complete(&acs, body(1, json!({"max_tokens": 3})))
+        .await
+        .unwrap();
+    let b = val(acs.budget().unwrap());
+    assert_eq!(
+        b["tokens_left"].as_u64().unwrap(),
+        60 - c["usage"]["total_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(b["tokens_held"], 0);
+}
+
+#[wasm_bindgen_test]
+async fn bad_input_gets_the_contracts_errors() {
+    let e = Acs::load(b"GGUF but not really".to_vec(), JsValue::UNDEFINED)
+        .await
+        .unwrap_err();
+    let msg = e.dyn_ref::<js_sys::Error>().unwrap().message();
+    assert!(String::from(msg).contains("GGUF"));
+    let acs = load("cpu").await;
+    let e = complete(&acs, json!({"model": "nope", "prompt": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 404);
+    let e = JsFuture::from(acs.completions(JsValue::from_str("{not json"), None, None))
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 400);
+    let e = acs.job("not-a-job").unwrap_err();
+    assert_eq!(status(&e), 404);
+}

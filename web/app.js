@@ -1,16 +1,44 @@
-// The playground talks to an ACS endpoint (the `acs` server that serves this page, or
-// any other base URL with a key) with the contract's own requests, streamed over SSE.
+// The playground: the same contract requests either to this browser's engine (the
+// acs-web package in a Web Worker, through its `fetch`) or to a remote ACS (the `acs`
+// server or the edge worker) with a key.
+import { AcsBrowser } from "./acs-client.js";
 
 const $ = (id) => document.getElementById(id);
+let local = null; // the in-browser engine once loaded
 
-for (const id of ["base", "key"]) {
+for (const id of ["base", "key", "model-url"]) {
   const saved = localStorage.getItem(`acs.${id}`);
   if (saved) $(id).value = saved;
   $(id).addEventListener("change", () => localStorage.setItem(`acs.${id}`, $(id).value));
 }
 
-function headers() {
-  return { "Content-Type": "application/json", Authorization: `Bearer ${$("key").value.trim()}` };
+const isBrowser = () => $("mode-browser").checked;
+function showMode() {
+  $("browser-settings").hidden = !isBrowser();
+  $("remote-settings").hidden = isBrowser();
+  refreshJobs();
+}
+if (localStorage.getItem("acs.mode") === "remote") $("mode-remote").checked = true;
+for (const r of document.querySelectorAll("input[name=mode]")) {
+  r.addEventListener("change", () => { localStorage.setItem("acs.mode", isBrowser() ? "browser" : "remote"); showMode(); });
+}
+
+// One way to reach either endpoint: a fetch, a base URL and headers.
+function endpoint() {
+  if (isBrowser()) {
+    if (!local) throw new Error("Load a model first (Endpoint: This browser).");
+    return { fetch: local.fetch, base: "/v1", headers: { "Content-Type": "application/json" } };
+  }
+  return {
+    fetch: window.fetch.bind(window),
+    base: $("base").value.replace(/\/$/, ""),
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${$("key").value.trim()}` },
+  };
+}
+
+async function api(path, init = {}) {
+  const e = endpoint();
+  return e.fetch(`${e.base}${path}`, { ...init, headers: { ...e.headers, ...(init.headers || {}) } });
 }
 
 async function errorText(resp) {
@@ -22,31 +50,92 @@ async function errorText(resp) {
   }
 }
 
+async function ok(resp) {
+  if (!resp.ok) throw new Error(await errorText(resp));
+  return resp.json();
+}
+
+const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
+
+$("load").addEventListener("click", async () => {
+  const status = $("load-status");
+  const bar = $("load-progress");
+  const file = $("model-file").files[0];
+  local?.terminate();
+  local = null;
+  status.textContent = "starting…";
+  bar.value = 0;
+  try {
+    local = await AcsBrowser.start({
+      url: file ? undefined : $("model-url").value,
+      file,
+      backend: $("backend").value,
+      onProgress: (p) => {
+        if (p.total) bar.value = p.loaded / p.total;
+        status.textContent = p.phase === "download"
+          ? `${p.fromCache ? "reading the cached model" : "downloading"}: ${mb(p.loaded)} of ${mb(p.total)}`
+          : p.phase === "caching" ? "keeping the model in the browser's cache…" : "starting the engine…";
+      },
+    });
+    const i = local.info;
+    bar.value = 1;
+    const m = i.models.data[0];
+    status.dataset.fromCache = String(i.fromCache);
+    status.dataset.loadMs = String(Math.round(i.loadMs));
+    status.textContent = `loaded ${mb(i.bytes)} ${i.fromCache ? "from the cache" : "from the network"} in ` +
+      `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}`;
+    refreshJobs();
+  } catch (e) {
+    status.textContent = `cannot load the model: ${e.message || e}`;
+  }
+});
+
 $("check").addEventListener("click", async () => {
   const status = $("endpoint-status");
   status.textContent = "…";
   try {
-    const [models, budget] = await Promise.all([
-      fetch(`${$("base").value}/models`),
-      fetch(`${$("base").value}/budget`, { headers: headers() }),
-    ]);
-    if (!models.ok) throw new Error(await errorText(models));
-    const m = (await models.json()).data;
+    const [models, budget] = await Promise.all([api("/models"), api("/budget")]);
+    const m = (await ok(models)).data;
     const b = budget.ok ? await budget.json() : null;
     status.textContent =
       `${m.map((x) => x.id).join(", ")} · ${m[0].n_layers} layers · d_model ${m[0].d_model}` +
       (b ? ` · ${b.tokens_left} tokens left` : ` · key: ${await errorText(budget)}`);
+    refreshJobs();
   } catch (e) {
     status.textContent = String(e.message || e);
   }
 });
 
-function buildGrid(prompts, n) {
+function prompts() {
+  return $("prompts").value.split("\n").filter((l) => l.length > 0);
+}
+
+function requestBody() {
+  const body = {
+    model: $("model").value,
+    prompt: prompts(),
+    n: Number($("n").value),
+    max_tokens: Number($("max_tokens").value),
+    temperature: Number($("temperature").value),
+  };
+  if ($("seed").value !== "") body.seed = Number($("seed").value);
+  if ($("steer").checked) {
+    body.steering = [{
+      layer: Number($("steer-layer").value),
+      scale: Number($("steer-scale").value),
+      positive: $("steer-positive").value,
+      negative: $("steer-negative").value,
+    }];
+  }
+  return body;
+}
+
+function buildGrid(ps, n) {
   const grid = $("grid");
   grid.replaceChildren();
   grid.style.gridTemplateColumns = `minmax(8rem, auto) repeat(${n}, 1fr)`;
   const cells = [];
-  prompts.forEach((p, pi) => {
+  ps.forEach((p, pi) => {
     const head = document.createElement("div");
     head.className = "prompt";
     head.textContent = p;
@@ -63,31 +152,22 @@ function buildGrid(prompts, n) {
   return cells;
 }
 
+function showUsage(usage, secs) {
+  $("usage").textContent =
+    `prompt_tokens ${usage.prompt_tokens} · completion_tokens ${usage.completion_tokens}` +
+    ` · total ${usage.total_tokens}` + (secs ? ` · ${(usage.completion_tokens / secs).toFixed(1)} tokens/s` : "");
+}
+
 $("request").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  const prompts = $("prompts").value.split("\n").filter((l) => l.length > 0);
-  const n = Number($("n").value);
-  const body = {
-    model: $("model").value,
-    prompt: prompts,
-    n,
-    max_tokens: Number($("max_tokens").value),
-    temperature: Number($("temperature").value),
-    stream: true,
-    stream_options: { include_usage: true },
-  };
-  if ($("seed").value !== "") body.seed = Number($("seed").value);
-  const cells = buildGrid(prompts, n);
+  const body = { ...requestBody(), stream: true, stream_options: { include_usage: true } };
+  const cells = buildGrid(body.prompt, body.n);
   const status = $("run-status");
   $("usage").textContent = "";
   status.textContent = "sampling…";
   const started = performance.now();
   try {
-    const resp = await fetch(`${$("base").value}/completions`, {
-      method: "POST",
-      headers: headers(),
-      body: JSON.stringify(body),
-    });
+    const resp = await api("/completions", { method: "POST", body: JSON.stringify(body) });
     if (!resp.ok) throw new Error(await errorText(resp));
     const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -114,12 +194,128 @@ $("request").addEventListener("submit", async (ev) => {
     }
     const secs = (performance.now() - started) / 1000;
     status.textContent = `done in ${secs.toFixed(2)} s`;
-    if (usage) {
-      $("usage").textContent =
-        `prompt_tokens ${usage.prompt_tokens} · completion_tokens ${usage.completion_tokens}` +
-        ` · total ${usage.total_tokens} · ${(usage.completion_tokens / secs).toFixed(1)} tokens/s`;
-    }
+    if (usage) showUsage(usage, secs);
   } catch (e) {
     status.textContent = String(e.message || e);
   }
 });
+
+const FINAL = ["succeeded", "failed", "cancelled", "expired"];
+
+async function untilFinal(id) {
+  for (;;) {
+    const job = await ok(await api(`/completion-jobs/${id}`));
+    if (FINAL.includes(job.status)) return job;
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+$("submit-job").addEventListener("click", async () => {
+  const status = $("run-status");
+  try {
+    const job = await ok(await api("/completion-jobs", { method: "POST", body: JSON.stringify(requestBody()) }));
+    status.textContent = `job ${job.id} ${job.status}`;
+    refreshJobs();
+  } catch (e) {
+    status.textContent = String(e.message || e);
+  }
+});
+
+let polling = null;
+async function refreshJobs() {
+  const tbody = $("jobs").querySelector("tbody");
+  let list;
+  try {
+    list = await ok(await api("/completion-jobs?limit=20"));
+  } catch {
+    tbody.replaceChildren();
+    return;
+  }
+  tbody.replaceChildren(...list.data.map((j) => {
+    const tr = document.createElement("tr");
+    tr.dataset.status = j.status;
+    for (const t of [j.id, j.status, new Date(j.created_at).toLocaleTimeString()]) {
+      const td = document.createElement("td");
+      td.textContent = t;
+      tr.append(td);
+    }
+    const td = document.createElement("td");
+    if (!FINAL.includes(j.status)) {
+      const b = document.createElement("button");
+      b.textContent = "cancel";
+      b.onclick = async () => { await api(`/completion-jobs/${j.id}/cancel`, { method: "POST" }); refreshJobs(); };
+      td.append(b);
+    } else if (j.status === "succeeded") {
+      const b = document.createElement("button");
+      b.textContent = "show";
+      b.onclick = () => showResult(j.id);
+      td.append(b);
+    }
+    tr.append(td);
+    return tr;
+  }));
+  clearTimeout(polling);
+  if (list.data.some((j) => !FINAL.includes(j.status))) polling = setTimeout(refreshJobs, 1000);
+}
+
+async function showResult(id) {
+  const c = await ok(await api(`/completion-jobs/${id}/result`));
+  const n = Math.max(1, c.choices.length / Math.max(1, prompts().length));
+  const cells = buildGrid(prompts(), n);
+  for (const ch of c.choices) {
+    if (cells[ch.index]) {
+      cells[ch.index].textContent = ch.text;
+      cells[ch.index].dataset.finish = ch.finish_reason;
+    }
+  }
+  showUsage(c.usage);
+}
+
+// Activations: one job reads the residual stream after every block at every position
+// of the first prompt; the picture is its norm, a row per block.
+$("activations").addEventListener("click", async () => {
+  const status = $("heatmap-status");
+  try {
+    status.textContent = "reading activations…";
+    const m = (await ok(await api("/models"))).data[0];
+    const layers = [...Array(m.n_layers).keys()];
+    const body = { model: $("model").value, prompt: prompts()[0], max_tokens: 1,
+                   activations: { layers, positions: "all" } };
+    if ($("steer").checked) body.steering = requestBody().steering;
+    const job = await ok(await api("/completion-jobs", { method: "POST", body: JSON.stringify(body) }));
+    refreshJobs();
+    const done = await untilFinal(job.id);
+    if (done.status !== "succeeded") throw new Error(`the job ${done.status}`);
+    const c = await ok(await api(`/completion-jobs/${job.id}/result`));
+    const rows = c.activations.filter((a) => a.prompt_index === 0).sort((a, b) => a.layer - b.layer);
+    const norms = rows.map((a) => {
+      const raw = Uint8Array.from(atob(a.data), (ch) => ch.charCodeAt(0));
+      const f = new Float32Array(raw.buffer);
+      const [positions, width] = a.shape;
+      return Array.from({ length: positions }, (_, p) =>
+        Math.sqrt(f.subarray(p * width, (p + 1) * width).reduce((s, x) => s + x * x, 0)));
+    });
+    drawHeatmap(norms);
+    status.textContent = `${rows.length} blocks × ${norms[0]?.length ?? 0} positions; colour: log norm`;
+  } catch (e) {
+    status.textContent = String(e.message || e);
+  }
+});
+
+function drawHeatmap(norms) {
+  const canvas = $("heatmap");
+  const ctx = canvas.getContext("2d");
+  const rows = norms.length;
+  const cols = Math.max(...norms.map((r) => r.length));
+  const logs = norms.flat().map((x) => Math.log(x + 1e-6));
+  const lo = Math.min(...logs), hi = Math.max(...logs);
+  const cw = canvas.width / cols, ch = canvas.height / rows;
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  norms.forEach((r, l) => r.forEach((x, p) => {
+    const t = hi > lo ? (Math.log(x + 1e-6) - lo) / (hi - lo) : 0.5;
+    ctx.fillStyle = `hsl(${240 - 200 * t}, 80%, ${25 + 45 * t}%)`;
+    ctx.fillRect(p * cw, l * ch, Math.ceil(cw), Math.ceil(ch));
+  }));
+}
+
+showMode();

@@ -1,6 +1,11 @@
-// Drives the playground served by `acs serve` in headless Chromium: enters the key,
-// samples the tutorial's two prompts with n=2, checks the four choices land in index
-// order, and saves a screenshot.
+// Drives the playground served by `acs serve` in headless Chromium (SwiftShader's
+// WebGPU):
+//  1. "This browser": loads the served model (/model.gguf) into the page's Web Worker,
+//     samples the tutorial's two prompts with n=2, checks the four choices land in
+//     index order, submits a job and reloads at once; after the reload the model comes
+//     from the Cache API and the job (kept in IndexedDB) runs to `succeeded`;
+//  2. "Remote ACS": the same request to the server with a key gets the same shapes.
+// Saves a screenshot and prints one JSON line with what it saw and measured.
 //
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png
 import { chromium } from "playwright-core";
@@ -8,27 +13,75 @@ import { chromium } from "playwright-core";
 const [base, key, shot] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+  args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
 });
-try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  await page.goto(`${base}/`);
-  await page.fill("#key", key);
-  await page.click("#check");
-  await page.waitForFunction(() => /layers/.test(document.querySelector("#endpoint-status").textContent));
+const LOAD_TIMEOUT = 300_000;
+const RUN_TIMEOUT = 600_000;
+
+async function load(page) {
+  await page.check("#mode-browser");
+  await page.click("#load");
+  await page.waitForFunction(() => {
+    const s = document.querySelector("#load-status");
+    return s.dataset.loadMs || /cannot/.test(s.textContent);
+  }, null, { timeout: LOAD_TIMEOUT });
+  return page.$eval("#load-status", (s) => ({
+    text: s.textContent, loadMs: Number(s.dataset.loadMs), fromCache: s.dataset.fromCache === "true",
+  }));
+}
+
+async function sample(page) {
   await page.fill("#max_tokens", "12");
   await page.fill("#seed", "7");
   await page.click("#run");
-  await page.waitForFunction(() => /done in/.test(document.querySelector("#run-status").textContent),
-    null, { timeout: 60_000 });
+  await page.waitForFunction(() => /done in|\d{3} |error|Load a model/.test(document.querySelector("#run-status").textContent),
+    null, { timeout: RUN_TIMEOUT });
   const cells = await page.$$eval(".choice", (els) =>
     els.map((e) => ({ index: Number(e.dataset.index), text: e.textContent, finish: e.dataset.finish })));
-  const usage = await page.textContent("#usage");
+  return { status: await page.textContent("#run-status"), usage: await page.textContent("#usage"), cells };
+}
+
+const fourInOrder = (r) => r.cells.length === 4 && r.cells.every((c, i) => c.index === i && c.text.length > 0 && c.finish);
+
+const out = { ok: false };
+try {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 1300 } });
+  page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
+  await page.goto(`${base}/`);
+  out.first = await load(page);
+  out.browser = await sample(page);
+  // A job, then a reload before it can finish: IndexedDB brings it back.
+  await page.click("#submit-job");
+  await page.waitForFunction(() => /job .* (queued|running|succeeded)/.test(document.querySelector("#run-status").textContent));
+  const jobId = (await page.textContent("#run-status")).split(" ")[1];
+  await page.reload();
+  out.reloaded = await load(page);
+  await page.waitForFunction((id) => [...document.querySelectorAll("#jobs tbody tr")]
+    .some((tr) => tr.firstChild.textContent === id && tr.dataset.status === "succeeded"), jobId, { timeout: RUN_TIMEOUT });
+  out.job = { id: jobId, status: "succeeded" };
+  // Its result into the grid, and the activations picture of the first prompt.
+  await page.click(`#jobs tbody tr:has-text("${jobId}") button`);
+  await page.waitForFunction(() => document.querySelectorAll(".choice").length === 4 &&
+    [...document.querySelectorAll(".choice")].every((c) => c.textContent.length > 0));
+  await page.click("#activations");
+  await page.waitForFunction(() => /blocks ×|job|rror/.test(document.querySelector("#heatmap-status").textContent),
+    null, { timeout: RUN_TIMEOUT });
+  out.activations = await page.textContent("#heatmap-status");
   await page.screenshot({ path: shot, fullPage: true });
-  const ok = cells.length === 4 && cells.every((c, i) => c.index === i && c.text.length > 0 && c.finish);
-  console.log(JSON.stringify({ ok, cells, usage }));
-  if (!ok) process.exitCode = 1;
+  // The same page against the remote endpoint.
+  await page.check("#mode-remote");
+  await page.fill("#base", `${base}/v1`);
+  await page.fill("#key", key);
+  await page.click("#check");
+  await page.waitForFunction(() => /layers/.test(document.querySelector("#endpoint-status").textContent));
+  out.remote = await sample(page);
+  out.ok = !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
+    fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);
+} catch (e) {
+  out.error = String(e.stack || e);
 } finally {
+  console.log(JSON.stringify(out));
+  if (!out.ok) process.exitCode = 1;
   await browser.close();
 }

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use tokio::sync::Notify;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
-use tower_http::services::ServeDir;
+use tower_http::services::{ServeDir, ServeFile};
 
 use crate::cli::random;
 use crate::db::Db;
@@ -42,6 +42,9 @@ pub struct Config {
     pub retention_ms: i64,
     /// The secret of a trusted edge, which may call the `/edge` routes.
     pub edge_secret: Option<String>,
+    /// The served GGUF file, offered at `/model.gguf` so that the playground can run
+    /// the same model in the visitor's browser.
+    pub model_file: Option<std::path::PathBuf>,
 }
 
 /// A real clock.
@@ -304,8 +307,12 @@ pub fn router(state: AppState, web: Option<std::path::PathBuf>) -> Router {
         )
         .route("/edge/v1/run", post(edge::run).fallback(method_not_allowed))
         .route("/health", get(health))
-        .route("/openapi.json", get(openapi))
-        .with_state(state);
+        .route("/openapi.json", get(openapi));
+    let api = match &state.config.model_file {
+        Some(file) => api.route_service("/model.gguf", ServeFile::new(file)),
+        None => api,
+    };
+    let api = api.with_state(state);
     let app = match web {
         Some(dir) => api.fallback_service(
             ServeDir::new(dir)

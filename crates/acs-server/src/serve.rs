@@ -113,6 +113,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             max_body_bytes: a.max_body_bytes,
             retention_ms: (a.retention_secs as i64).saturating_mul(1000),
             edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
+            model_file: Some(path.clone()),
         }),
         running_jobs: Arc::default(),
         wake: Arc::new(Notify::new()),

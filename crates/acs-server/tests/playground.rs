@@ -1,6 +1,9 @@
 //! The playground that `acs serve` serves at `/`, driven in headless Chromium by
 //! tests/browser/playground.mjs (playwright-core, Debian's /usr/bin/chromium): the
-//! tutorial's two prompts with n=2 stream into the grid in index order.
+//! default model runs in the page (WebGPU through SwiftShader) and the tutorial's two
+//! prompts with n=2 stream into the grid in index order; a reload reads the model
+//! from the Cache API and finds its job in IndexedDB; the remote endpoint (this
+//! server, with a key) gives the same shapes. Needs web/pkg (`scripts/build-web.sh`).
 
 mod common;
 
@@ -10,6 +13,11 @@ use common::{Server, default_model, make_key, temp_dir};
 
 #[test]
 fn the_playground_samples_two_prompts_in_chromium() {
+    let pkg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/pkg/acs_web_bg.wasm");
+    assert!(
+        std::path::Path::new(pkg).exists(),
+        "the browser package is not built: run scripts/build-web.sh"
+    );
     let data = temp_dir("playground");
     let key = make_key(&data, 100_000, 4);
     let server = Server::start(&data, &default_model(), &[]);
@@ -32,6 +40,19 @@ fn the_playground_samples_two_prompts_in_chromium() {
     );
     let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(result["ok"], true, "{result}");
+    // What a reader of the test log wants to know: load times and decode speed.
+    println!(
+        "in-browser: first load {} ms ({}), cached reload {} ms; {} | {}",
+        result["first"]["loadMs"],
+        result["first"]["text"],
+        result["reloaded"]["loadMs"],
+        result["browser"]["status"],
+        result["browser"]["usage"]
+    );
+    println!(
+        "remote: {} | {}",
+        result["remote"]["status"], result["remote"]["usage"]
+    );
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 10_000,
         "a real screenshot"

@@ -1,0 +1,147 @@
+// The page's side of ACS in the browser: starts the engine's Web Worker
+// (acs-worker.js), and offers the contract as methods and as a `fetch` that serves
+// `/v1/...` from the worker, so that code written for a remote ACS (or the openai JS
+// SDK, through its `fetch` option) runs unchanged on the visitor's GPU.
+//
+//   const acs = await AcsBrowser.start({ url: "/model.gguf", onProgress });
+//   const c = await acs.completions({ model: "llama-8b", prompt: ["a", "b"], n: 2 });
+//   const client = new OpenAI({ apiKey: "local", baseURL: "http://acs.local/v1",
+//                               fetch: acs.fetch, dangerouslyAllowBrowser: true });
+
+/** An error of the contract: `status` and the JSON `body` ({error: {...}}). */
+export class AcsError extends Error {
+  constructor(e) {
+    super(e.message);
+    this.name = e.name || "AcsError";
+    this.status = e.status;
+    this.body = e.body;
+  }
+}
+
+export class AcsBrowser {
+  #worker;
+  #next = 1;
+  #calls = new Map();
+
+  /**
+   * Starts the worker and loads a model: `url` (fetched with progress, then kept in
+   * the Cache API) or `file` (a File the user picked). `backend`: "auto" (WebGPU
+   * when the browser has it, else the CPU), "webgpu" or "cpu". `budget`: {tokens,
+   * maxRunning} to hold and charge requests as a server does. Resolves once loaded,
+   * with `info` = {backend, models, loadMs, fromCache, bytes}.
+   */
+  static async start({ url, file, backend = "auto", budget, modelId, persist = true, onProgress,
+                       workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
+    const acs = new AcsBrowser();
+    acs.#worker = new Worker(workerUrl, { type: "module" });
+    acs.info = await new Promise((resolve, reject) => {
+      acs.#worker.onmessage = (ev) => {
+        const m = ev.data;
+        if (m.type === "progress") onProgress?.(m);
+        else if (m.type === "loaded") resolve(m);
+        else if (m.type === "error") reject(new AcsError(m.error));
+      };
+      acs.#worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
+      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist });
+    });
+    acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
+    return acs;
+  }
+
+  #receive(m) {
+    const call = this.#calls.get(m.id);
+    if (!call) return;
+    if (m.type === "chunk") call.onChunk?.(m.chunk);
+    else {
+      this.#calls.delete(m.id);
+      if (m.type === "result") call.resolve(m.value);
+      else call.reject(new AcsError(m.error));
+    }
+  }
+
+  #call(method, args, { onChunk, signal } = {}) {
+    const id = this.#next++;
+    return new Promise((resolve, reject) => {
+      this.#calls.set(id, { resolve, reject, onChunk });
+      signal?.addEventListener("abort", () => this.#worker.postMessage({ type: "abort", id }));
+      this.#worker.postMessage({ type: "call", id, method, args });
+    });
+  }
+
+  /** POST /v1/completions. With `stream: true`, `onChunk` gets every chunk. */
+  completions(body, { onChunk, signal } = {}) { return this.#call("completions", [body], { onChunk, signal }); }
+  /** POST /v1/completion-jobs → {job, replayed}. */
+  createJob(body, { idempotencyKey } = {}) { return this.#call("createJob", [body, idempotencyKey]); }
+  job(id) { return this.#call("job", [id]); }
+  jobs({ limit, after } = {}) { return this.#call("jobs", [limit, after]); }
+  cancelJob(id) { return this.#call("cancelJob", [id]); }
+  jobResult(id) { return this.#call("jobResult", [id]); }
+  models() { return this.#call("models", []); }
+  budget() { return this.#call("budget", []); }
+  setBudget(tokens, maxRunning) { return this.#call("setBudget", [tokens, maxRunning]); }
+  stats() { return this.#call("stats", []); }
+  terminate() { this.#worker.terminate(); }
+
+  /** A `fetch` for the contract's routes (any host; the path from `/v1` on counts). */
+  fetch = async (input, init = {}) => {
+    const req = input instanceof Request ? input : null;
+    const url = new URL(req ? req.url : String(input), "http://acs.local/");
+    const method = (init.method || req?.method || "GET").toUpperCase();
+    const headers = new Headers(init.headers || req?.headers);
+    const body = init.body ?? (req ? await req.text() : undefined);
+    const text = body === undefined || body === null ? "" : typeof body === "string" ? body : await new Response(body).text();
+    const path = url.pathname.replace(/^.*?\/v1\//, "/v1/");
+    const q = url.searchParams;
+    try {
+      let m;
+      if (path === "/v1/models" && method === "GET") return json(200, await this.models());
+      if (path === "/v1/budget" && method === "GET") return json(200, await this.budget());
+      if (path === "/v1/completions" && method === "POST") return await this.#completionResponse(text, init.signal || req?.signal);
+      if (path === "/v1/completion-jobs" && method === "POST") {
+        const { job, replayed } = await this.createJob(text, { idempotencyKey: headers.get("idempotency-key") ?? undefined });
+        return json(replayed ? 200 : 202, job, replayed ? { "idempotent-replayed": "true" } : {});
+      }
+      if (path === "/v1/completion-jobs" && method === "GET") return json(200, await this.jobs({ limit: q.get("limit") ?? undefined, after: q.get("after") ?? undefined }));
+      if ((m = path.match(/^\/v1\/completion-jobs\/([^/]+)$/)) && method === "GET") return json(200, await this.job(m[1]));
+      if ((m = path.match(/^\/v1\/completion-jobs\/([^/]+)\/cancel$/)) && method === "POST") return json(200, await this.cancelJob(m[1]));
+      if ((m = path.match(/^\/v1\/completion-jobs\/([^/]+)\/result$/)) && method === "GET") return json(200, await this.jobResult(m[1]));
+      return json(404, { error: { message: `No route ${method} ${url.pathname}.`, type: "invalid_request_error", param: null, code: "not_found" } });
+    } catch (e) {
+      if (e instanceof AcsError && e.status) return json(e.status, e.body);
+      throw e;
+    }
+  };
+
+  // A whole Completion, or server-sent events once the first chunk (or an error) came.
+  async #completionResponse(text, signal) {
+    let stream = false;
+    try { stream = JSON.parse(text)?.stream === true; } catch { /* the engine says why */ }
+    if (!stream) return json(200, await this.completions(text, { signal }));
+    const enc = new TextEncoder();
+    let ctl;
+    const sse = new ReadableStream({ start(c) { ctl = c; } });
+    let first;
+    const started = new Promise((resolve) => { first = resolve; });
+    const done = this.completions(text, {
+      signal,
+      onChunk: (chunk) => { first(); ctl.enqueue(enc.encode(`data: ${JSON.stringify(chunk)}\n\n`)); },
+    });
+    const failedEarly = await Promise.race([started.then(() => null), done.then(() => null, (e) => e)]);
+    if (failedEarly) {
+      if (failedEarly instanceof AcsError && failedEarly.status) return json(failedEarly.status, failedEarly.body);
+      throw failedEarly;
+    }
+    done.then(
+      () => { ctl.enqueue(enc.encode("data: [DONE]\n\n")); ctl.close(); },
+      (e) => {
+        ctl.enqueue(enc.encode(`data: ${JSON.stringify(e.body || { error: { message: e.message } })}\n\ndata: [DONE]\n\n`));
+        ctl.close();
+      },
+    );
+    return new Response(sse, { status: 200, headers: { "content-type": "text/event-stream" } });
+  }
+}
+
+function json(status, value, extra = {}) {
+  return new Response(JSON.stringify(value), { status, headers: { "content-type": "application/json", ...extra } });
+}

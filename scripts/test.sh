@@ -22,6 +22,9 @@ step "wasm32 builds"
 cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
 cargo build -p acs-llama --features webgpu --target wasm32-unknown-unknown
 
+step "clippy of the browser package (acs-web, wasm32 only)"
+cargo clippy -p acs-web --all-targets --target wasm32-unknown-unknown -- -D warnings
+
 # Runs one cargo-fuzz project for ACS_FUZZ_SECONDS; shows libFuzzer's log on a crash.
 fuzz() {
   local what="$1" dir="$2" log="$CARGO_TARGET_DIR/fuzz-$1.log"
@@ -43,12 +46,20 @@ export ACS_TEST_MODEL
 # acs-server turns the webgpu feature on (its default), so the workspace's tests
 # include the WebGPU backend against the CPU backend (tests/webgpu.rs of acs-llama)
 # and the engine on WebGPU (tests/webgpu_engine.rs of acs-engine), on lavapipe here.
+# The playground's end-to-end test (acs-server's tests/playground.rs) runs the model
+# in the page: it needs the browser package in web/pkg.
+step "browser package into web/pkg (scripts/build-web.sh)"
+scripts/build-web.sh
+
 step "cargo test (WebGPU tests on lavapipe included)"
 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test --workspace
 
 step "WebGPU backend in headless Chromium (wasm-pack test; SwiftShader WebGPU)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-llama \
   --features webgpu --test webgpu_browser -- --nocapture
+
+step "the browser package in headless Chromium (wasm-pack test crates/acs-web)"
+wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-web -- --nocapture
 
 step "conformance suite against acs serve (tests/conformance)"
 cargo build -p acs-server

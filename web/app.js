@@ -77,6 +77,8 @@ $("load").addEventListener("click", async () => {
           : p.phase === "caching" ? "keeping the model in the browser's cache…" : "starting the engine…";
       },
     });
+    // For the console (and the openai JS SDK: `new OpenAI({fetch: acs.fetch, …})`).
+    window.acs = local;
     const i = local.info;
     bar.value = 1;
     const m = i.models.data[0];

@@ -4,11 +4,16 @@
 //     samples the tutorial's two prompts with n=2, checks the four choices land in
 //     index order, submits a job and reloads at once; after the reload the model comes
 //     from the Cache API and the job (kept in IndexedDB) runs to `succeeded`;
+//     The openai JS SDK (npm `openai`), loaded into the page, runs against the
+//     engine through the package's `fetch`: 2 prompts × n=2, and a stream;
 //  2. "Remote ACS": the same request to the server with a key gets the same shapes.
 // Saves a screenshot and prints one JSON line with what it saw and measured.
 //
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png
+import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+
+const openaiDir = fileURLToPath(new URL("./node_modules/openai/", import.meta.url));
 
 const [base, key, shot] = process.argv.slice(2);
 const browser = await chromium.launch({
@@ -51,6 +56,23 @@ try {
   await page.goto(`${base}/`);
   out.first = await load(page);
   out.browser = await sample(page);
+  // The openai JS SDK in the page, unchanged but for its `fetch` option.
+  await page.route("**/vendor/openai/**", (route) => route.fulfill({
+    path: openaiDir + new URL(route.request().url()).pathname.replace(/^\/vendor\/openai\//, ""),
+    contentType: "text/javascript",
+  }));
+  out.openai = await page.evaluate(async () => {
+    const { default: OpenAI } = await import("/vendor/openai/index.mjs");
+    const client = new OpenAI({ apiKey: "in-browser", baseURL: `${location.origin}/v1`,
+                                fetch: window.acs.fetch, dangerouslyAllowBrowser: true });
+    const c = await client.completions.create({ model: "llama-8b", prompt: ["The sky is", "The grass is"], n: 2, max_tokens: 3 });
+    const stream = await client.completions.create({ model: "llama-8b", prompt: "Hello", max_tokens: 3, stream: true });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices.map((x) => x.text).join("");
+    let status = 0;
+    try { await client.completions.create({ model: "nope", prompt: "x" }); } catch (e) { status = e.status; }
+    return { indexes: c.choices.map((x) => x.index), usage: c.usage, streamed: text, notFound: status };
+  });
   // A job, then a reload before it can finish: IndexedDB brings it back.
   await page.click("#submit-job");
   await page.waitForFunction(() => /job .* (queued|running|succeeded)/.test(document.querySelector("#run-status").textContent));
@@ -76,7 +98,10 @@ try {
   await page.click("#check");
   await page.waitForFunction(() => /layers/.test(document.querySelector("#endpoint-status").textContent));
   out.remote = await sample(page);
-  out.ok = !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
+  const o = out.openai;
+  out.ok = o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
+    o.streamed.length > 0 && o.notFound === 404 &&
+    !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
     fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);
 } catch (e) {
   out.error = String(e.stack || e);

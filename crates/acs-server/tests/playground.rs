@@ -2,7 +2,8 @@
 //! tests/browser/playground.mjs (playwright-core, Debian's /usr/bin/chromium): the
 //! default model runs in the page (WebGPU through SwiftShader) and the tutorial's two
 //! prompts with n=2 stream into the grid in index order; a reload reads the model
-//! from the Cache API and finds its job in IndexedDB; the remote endpoint (this
+//! from the Cache API and finds its job in IndexedDB; the openai JS SDK runs in the
+//! page through the package's `fetch`; the remote endpoint (this
 //! server, with a key) gives the same shapes. Needs web/pkg (`scripts/build-web.sh`).
 
 mod common;
@@ -49,6 +50,7 @@ fn the_playground_samples_two_prompts_in_chromium() {
         result["browser"]["status"],
         result["browser"]["usage"]
     );
+    println!("openai JS SDK in the page: {}", result["openai"]);
     println!(
         "remote: {} | {}",
         result["remote"]["status"], result["remote"]["usage"]

@@ -3,12 +3,14 @@
 //
 //   page → worker  {type:"load", url | file, backend, budget, modelId}
 //                  {type:"call", id, method, args}      {type:"abort", id}
-//   worker → page  {type:"progress", phase, loaded, total, fromCache}
-//                  {type:"loaded", backend, models, loadMs, fromCache, bytes}
+//   worker → page  {type:"progress", phase: "download" | "load", loaded, total,
+//                   tensors, tensorsTotal, fromCache}
+//                  {type:"loaded", backend, models, loadMs, fromCache, bytes, wasmMemory}
 //                  {type:"chunk", id, chunk}  {type:"result", id, value}
 //                  {type:"error", id?, error:{name, message, status, body}}
 //
-// The model file is cached with the Cache API (a reload reads it from there), and the
+// The model file streams into the engine and each tensor to the GPU as its bytes
+// arrive; it is cached with the Cache API (a reload reads it from there), and the
 // store of jobs and Budget is kept in IndexedDB after every change (a reload finds
 // its jobs; queued and interrupted ones run again).
 import init, { Acs } from "./pkg/acs_web.js";
@@ -36,49 +38,41 @@ function progress(p) {
   self.postMessage({ type: "progress", ...p });
 }
 
-// Reads a Response body into one buffer, reporting bytes as they arrive.
-async function readAll(resp, fromCache) {
-  const total = Number(resp.headers.get("content-length")) || 0;
-  let buf = new Uint8Array(total || 1 << 20);
+// A body stream that reports the bytes passing through it.
+function counted(body, total, report) {
   let loaded = 0;
-  const reader = resp.body.getReader();
   let last = 0;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    if (loaded + value.length > buf.length) {
-      const bigger = new Uint8Array(Math.max(buf.length * 2, loaded + value.length));
-      bigger.set(buf.subarray(0, loaded));
-      buf = bigger;
-    }
-    buf.set(value, loaded);
-    loaded += value.length;
-    if (loaded - last > 1 << 20) {
-      last = loaded;
-      progress({ phase: "download", loaded, total, fromCache });
-    }
-  }
-  progress({ phase: "download", loaded, total: total || loaded, fromCache });
-  return buf.subarray(0, loaded);
+  return body.pipeThrough(new TransformStream({
+    transform(chunk, ctl) {
+      loaded += chunk.length;
+      if (loaded - last >= 1 << 20 || loaded === total) {
+        last = loaded;
+        report(loaded);
+      }
+      ctl.enqueue(chunk);
+    },
+  }));
 }
 
-async function modelBytes(m) {
-  if (m.file) {
-    const resp = new Response(m.file, { headers: { "content-length": String(m.file.size) } });
-    return { bytes: await readAll(resp, false), fromCache: false };
-  }
+// The model file as a stream, never whole in memory: a picked file as it is; a URL
+// first into the Cache API (streamed to disk, with download progress) and then read
+// back from there, so that a reload finds it.
+async function modelStream(m) {
+  if (m.file) return { stream: m.file.stream(), total: m.file.size, fromCache: false };
   const url = new URL(m.url, self.location.href).href;
   const cache = "caches" in self ? await caches.open(MODEL_CACHE) : null;
-  const hit = cache && (await cache.match(url));
-  if (hit) return { bytes: await readAll(hit, true), fromCache: true };
-  const resp = await fetch(url);
-  if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
-  const bytes = await readAll(resp, false);
-  if (cache) {
-    progress({ phase: "caching", loaded: bytes.length, total: bytes.length });
-    await cache.put(url, new Response(bytes, { headers: { "content-length": String(bytes.length) } }));
+  let hit = cache && (await cache.match(url));
+  const fromCache = Boolean(hit);
+  if (!hit) {
+    const resp = await fetch(url);
+    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+    const total = Number(resp.headers.get("content-length")) || 0;
+    const body = counted(resp.body, total, (loaded) => progress({ phase: "download", loaded, total }));
+    if (!cache) return { stream: body, total, fromCache };
+    await cache.put(url, new Response(body, { headers: { "content-length": String(total) } }));
+    hit = await cache.match(url);
   }
-  return { bytes, fromCache: false };
+  return { stream: hit.body, total: Number(hit.headers.get("content-length")) || 0, fromCache };
 }
 
 function idb() {
@@ -116,15 +110,18 @@ function idbPut(key, value) {
 
 async function load(m) {
   const started = performance.now();
-  await init();
-  const { bytes, fromCache } = await modelBytes(m);
-  progress({ phase: "starting", loaded: bytes.length, total: bytes.length, fromCache });
+  const wasm = await init();
+  const { stream, total, fromCache } = await modelStream(m);
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
   const options = { backend: m.backend || "auto" };
   if (m.modelId) options.modelId = m.modelId;
   if (m.budget) options.budget = m.budget;
   if (snapshot) options.snapshot = snapshot;
-  acs = await Acs.load(bytes, options);
+  // Bytes and tensors as they reach the engine (each tensor goes to the GPU as soon
+  // as its bytes are in).
+  acs = await Acs.loadStream(stream, options, (p) => progress({
+    phase: "load", loaded: p.loaded, total, tensors: p.tensors, tensorsTotal: p.tensors_total, fromCache,
+  }));
   if (m.persist !== false) acs.onChange((s) => idbPut("snapshot", s));
   self.postMessage({
     type: "loaded",
@@ -132,7 +129,10 @@ async function load(m) {
     models: acs.models(),
     loadMs: performance.now() - started,
     fromCache,
-    bytes: bytes.length,
+    bytes: total,
+    // The engine's wasm memory after loading: with WebGPU the weights live on the
+    // device, so this stays well under the file's size.
+    wasmMemory: wasm.memory.buffer.byteLength,
   });
 }
 

@@ -73,8 +73,9 @@ $("load").addEventListener("click", async () => {
       onProgress: (p) => {
         if (p.total) bar.value = p.loaded / p.total;
         status.textContent = p.phase === "download"
-          ? `${p.fromCache ? "reading the cached model" : "downloading"}: ${mb(p.loaded)} of ${mb(p.total)}`
-          : p.phase === "caching" ? "keeping the model in the browser's cache…" : "starting the engine…";
+          ? `downloading into the browser's cache: ${mb(p.loaded)} of ${mb(p.total)}`
+          : `loading${p.fromCache ? " from the cache" : ""}: ${mb(p.loaded)} of ${mb(p.total)}` +
+            (p.tensorsTotal ? ` · ${p.tensors} of ${p.tensorsTotal} tensors on the GPU` : "");
       },
     });
     // For the console (and the openai JS SDK: `new OpenAI({fetch: acs.fetch, …})`).
@@ -84,8 +85,11 @@ $("load").addEventListener("click", async () => {
     const m = i.models.data[0];
     status.dataset.fromCache = String(i.fromCache);
     status.dataset.loadMs = String(Math.round(i.loadMs));
+    status.dataset.wasmMemory = String(i.wasmMemory);
+    status.dataset.bytes = String(i.bytes);
     status.textContent = `loaded ${mb(i.bytes)} ${i.fromCache ? "from the cache" : "from the network"} in ` +
-      `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}`;
+      `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
+      ` · engine memory ${mb(i.wasmMemory)}`;
     refreshJobs();
   } catch (e) {
     status.textContent = `cannot load the model: ${e.message || e}`;

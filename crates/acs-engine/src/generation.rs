@@ -3,9 +3,10 @@
 
 use acs_core::request::{Positions, PromptItem, SteeringSource};
 use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo};
-use acs_llama::model::{KvCache, LayerAdd, Logits, Model, SeqInput};
+use acs_llama::model::{LayerAdd, Logits, Model, SeqInput};
 use acs_llama::sample::SamplingParams;
 
+use crate::backend::Backend;
 use crate::control::ControlVectors;
 
 /// Largest activation read-out a request may ask for, in f32 values (64 MiB).
@@ -68,11 +69,26 @@ pub fn model_info(model: &Model, id: &str, created: i64) -> ModelInfo {
 }
 
 /// Tokenizes prompts (control tokens such as `<|im_start|>` are recognised, as chat
-/// prompts need), checks the request against the model, and resolves steering.
-/// `seed` is used when the request names none.
+/// prompts need), checks the request against the model, and resolves steering
+/// (contrast pairs run on the CPU model). `seed` is used when the request names none.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn prepare(
     req: &CompletionRequest,
     model: &Model,
+    info: &ModelInfo,
+    controls: &ControlVectors,
+    seed: u64,
+) -> Result<Generation, ApiError> {
+    pollster::block_on(prepare_on(req, model, model, info, controls, seed))
+}
+
+/// [`prepare`], with contrast pairs run on `backend`: the browser's, where the CPU
+/// model may have no weights (they went straight to the GPU) and the GPU cannot be
+/// waited for by blocking.
+pub async fn prepare_on<B: Backend>(
+    req: &CompletionRequest,
+    model: &Model,
+    backend: &B,
     info: &ModelInfo,
     controls: &ControlVectors,
     seed: u64,
@@ -115,7 +131,8 @@ pub fn prepare(
                 vector: scaled(v),
             }),
             (SteeringSource::Contrast { positive, negative }, Some(layer)) => {
-                let v = contrast_vector(model, positive, negative, layer as usize)?;
+                let v =
+                    contrast_vector_on(backend, model, positive, negative, layer as usize).await?;
                 steering.push(LayerAdd {
                     layer: layer as usize,
                     vector: scaled(&v),
@@ -190,7 +207,18 @@ pub fn prepare(
 }
 
 /// The mean residual stream after block `layer` over the tokens of `text`.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn mean_activation(model: &Model, text: &str, layer: usize) -> Result<Vec<f32>, ApiError> {
+    pollster::block_on(mean_activation_on(model, model, text, layer))
+}
+
+/// [`mean_activation`] run on `backend`.
+pub async fn mean_activation_on<B: Backend>(
+    backend: &B,
+    model: &Model,
+    text: &str,
+    layer: usize,
+) -> Result<Vec<f32>, ApiError> {
     let ids = model
         .tokenizer
         .encode(text, true, true)
@@ -201,7 +229,7 @@ pub fn mean_activation(model: &Model, text: &str, layer: usize) -> Result<Vec<f3
             "Contrast texts must have 1 to context-window tokens.",
         ));
     }
-    let mut cache: KvCache = model.new_cache();
+    let mut cache = backend.new_cache();
     let mut batch = [SeqInput {
         cache: &mut cache,
         tokens: &ids,
@@ -209,8 +237,9 @@ pub fn mean_activation(model: &Model, text: &str, layer: usize) -> Result<Vec<f3
         capture: &[layer],
         logits: Logits::None,
     }];
-    let out = model
+    let out = backend
         .forward(&mut batch)
+        .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let (_, rows) = out
         .into_iter()
@@ -231,14 +260,26 @@ pub fn mean_activation(model: &Model, text: &str, layer: usize) -> Result<Vec<f3
 
 /// The steering direction of a contrast pair: mean activation of `positive` minus
 /// that of `negative`, after block `layer` (activation addition).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn contrast_vector(
     model: &Model,
     positive: &str,
     negative: &str,
     layer: usize,
 ) -> Result<Vec<f32>, ApiError> {
-    let p = mean_activation(model, positive, layer)?;
-    let n = mean_activation(model, negative, layer)?;
+    pollster::block_on(contrast_vector_on(model, model, positive, negative, layer))
+}
+
+/// [`contrast_vector`] run on `backend`.
+pub async fn contrast_vector_on<B: Backend>(
+    backend: &B,
+    model: &Model,
+    positive: &str,
+    negative: &str,
+    layer: usize,
+) -> Result<Vec<f32>, ApiError> {
+    let p = mean_activation_on(backend, model, positive, layer).await?;
+    let n = mean_activation_on(backend, model, negative, layer).await?;
     Ok(p.iter().zip(&n).map(|(a, b)| a - b).collect())
 }
 

@@ -19,5 +19,7 @@ pub mod text;
 pub use backend::Backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub use engine::Engine;
-pub use generation::{Generation, prepare};
+#[cfg(not(target_arch = "wasm32"))]
+pub use generation::prepare;
+pub use generation::{Generation, prepare_on};
 pub use scheduler::{Event, Finished, Scheduler, SchedulerConfig, Sink, Stats, Ticket};

@@ -949,6 +949,11 @@ impl TensorStream {
             let lo = (start.max(cpos) - cpos) as usize;
             let hi = (end.min(cend) - cpos) as usize;
             if end > cend {
+                if self.buf.is_empty() {
+                    // One allocation of the tensor's size: growing by doubling could
+                    // hold twice as much at its peak.
+                    self.buf.reserve_exact(len as usize);
+                }
                 self.buf.extend_from_slice(&chunk[lo..hi]);
                 break;
             }
@@ -958,6 +963,40 @@ impl TensorStream {
                 self.buf.extend_from_slice(&chunk[lo..hi]);
                 on_tensor(t, &self.buf)?;
                 self.buf = Vec::new();
+            }
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    /// Feeds the next chunk of the file like [`TensorStream::push`], but hands each
+    /// tensor's bytes over as they pass (`on_piece(tensor, bytes, last)`, in file
+    /// order, `last` on a tensor's final piece) instead of gathering a tensor first:
+    /// nothing is held, so a tensor of any size streams through. Use one of the two
+    /// methods on a stream, not both.
+    pub fn push_pieces<E: From<GgufError>>(
+        &mut self,
+        chunk: &[u8],
+        mut on_piece: impl FnMut(&TensorInfo, &[u8], bool) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let cpos = self.pos;
+        let cend = cpos
+            .checked_add(chunk.len() as u64)
+            .ok_or_else(|| overflow("stream position"))?;
+        self.pos = cend;
+        while let Some((t, start)) = self.order.get(self.next) {
+            let (start, len) = (*start, t.n_bytes);
+            // Validated by the header parse: start + len does not overflow.
+            let end = start + len;
+            if start > cend || (start == cend && len > 0) {
+                break;
+            }
+            let lo = (start.max(cpos) - cpos) as usize;
+            let hi = (end.min(cend) - cpos) as usize;
+            let last = end <= cend;
+            on_piece(t, &chunk[lo..hi], last)?;
+            if !last {
+                break;
             }
             self.next += 1;
         }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::gguf::{GgufError, GgufFile, Metadata, TensorInfo};
+use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
 use crate::quant::{
     self, F32Ops, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations,
 };
@@ -53,6 +53,10 @@ pub enum ModelError {
     /// The sequence would outgrow the context window.
     #[error("sequence of {0} tokens exceeds the context window of {1}")]
     ContextFull(usize, usize),
+    /// A model loaded for its tokenizer and shape only (its weights went straight to
+    /// a GPU) cannot run on the CPU.
+    #[error("this model's weights are on the GPU only; the CPU backend cannot run it")]
+    NoWeights,
 }
 
 /// The hyper-parameters of a Llama model, from GGUF metadata.
@@ -215,12 +219,19 @@ pub struct Model {
     pub config: LlamaConfig,
     /// The model's own tokenizer.
     pub tokenizer: Tokenizer,
+    /// `None` for a model loaded from its header alone ([`Model::from_header`]).
+    weights: Option<Weights>,
+    /// Inverse frequencies of RoPE, one per rotated pair.
+    rope_inv_freq: Vec<f32>,
+}
+
+/// The CPU's copy of the weights.
+#[derive(Debug)]
+struct Weights {
     embed: Tensor,
     blocks: Vec<Block>,
     out_norm: Vec<f32>,
     output: Tensor,
-    /// Inverse frequencies of RoPE, one per rotated pair.
-    rope_inv_freq: Vec<f32>,
 }
 
 fn tensor(
@@ -277,6 +288,13 @@ pub fn tokenizer_spec(meta: &Metadata) -> Result<TokenizerSpec, GgufError> {
     })
 }
 
+/// Inverse frequencies of RoPE, one per rotated pair.
+fn rope_inv_freq(c: &LlamaConfig) -> Vec<f32> {
+    (0..c.rope_dims / 2)
+        .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+        .collect()
+}
+
 fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
     if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
         return Err(ModelError::TensorShape {
@@ -326,18 +344,38 @@ impl Model {
             });
         }
         let out_norm = vec("output_norm.weight", c.d_model)?;
-        let rope_inv_freq = (0..c.rope_dims / 2)
-            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
-            .collect();
+        let rope_inv_freq = rope_inv_freq(c);
         Ok(Model {
             config,
             tokenizer,
-            embed,
-            blocks,
-            out_norm,
-            output,
+            weights: Some(Weights {
+                embed,
+                blocks,
+                out_norm,
+                output,
+            }),
             rope_inv_freq,
         })
+    }
+
+    /// The tokenizer and shape of a model from its GGUF header alone, without
+    /// weights: what a browser keeps while the weights stream to the GPU, so that the
+    /// file is never whole in memory. [`Model::forward`] refuses to run it.
+    pub fn from_header(header: &GgufHeader) -> Result<Self, ModelError> {
+        let config = LlamaConfig::from_metadata(&header.metadata)?;
+        let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
+        let rope_inv_freq = rope_inv_freq(&config);
+        Ok(Model {
+            config,
+            tokenizer,
+            weights: None,
+            rope_inv_freq,
+        })
+    }
+
+    /// Whether the CPU can run this model (it was loaded with its weights).
+    pub fn has_weights(&self) -> bool {
+        self.weights.is_some()
     }
 
     /// Opens and loads a GGUF file.
@@ -359,6 +397,7 @@ impl Model {
     /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
     /// logits it asked for and the activations it captured.
     pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
+        let w = self.weights.as_ref().ok_or(ModelError::NoWeights)?;
         let c = &self.config;
         let d = c.d_model;
         // Row ranges of each sequence's new tokens in the batch matrix.
@@ -384,7 +423,7 @@ impl Model {
         for (s, span) in batch.iter().zip(&spans) {
             for (i, &t) in s.tokens.iter().enumerate() {
                 let row = &mut x[(span.start + i) * d..(span.start + i + 1) * d];
-                self.embed.row(t as usize, row)?;
+                w.embed.row(t as usize, row)?;
             }
         }
         // Position and sequence of each row, for RoPE and the causal mask.
@@ -422,7 +461,7 @@ impl Model {
         let mut up = vec![0f32; total * c.ffn];
         let mut qx = QuantizedActivations::default();
 
-        for (l, b) in self.blocks.iter().enumerate() {
+        for (l, b) in w.blocks.iter().enumerate() {
             rms_norm(&x, &b.attn_norm, c.rms_eps, &mut xn);
             quant::matmul_many(
                 &mut [b.wq.job(&mut q), b.wk.job(&mut k), b.wv.job(&mut v)],
@@ -488,9 +527,9 @@ impl Model {
                 dst.copy_from_slice(&x[r * d..(r + 1) * d]);
             }
             let mut hn = vec![0f32; h.len()];
-            rms_norm(&h, &self.out_norm, c.rms_eps, &mut hn);
+            rms_norm(&h, &w.out_norm, c.rms_eps, &mut hn);
             let mut logits = vec![0f32; rows.len() * c.vocab];
-            quant::matmul_many(&mut [self.output.job(&mut logits)], d, &hn, &mut qx)?;
+            quant::matmul_many(&mut [w.output.job(&mut logits)], d, &hn, &mut qx)?;
             let mut chunks = logits.chunks_exact(c.vocab);
             for (s, out) in batch.iter().zip(&mut outputs) {
                 let n = match s.logits {

@@ -199,6 +199,30 @@ fn stream(bytes: &[u8], chunk: usize) -> Vec<(String, Vec<u8>)> {
     got
 }
 
+/// As [`stream`], through `push_pieces`: each tensor's pieces, joined.
+fn stream_pieces(bytes: &[u8], chunk: usize) -> Vec<(String, Vec<u8>)> {
+    let header = GgufHeader::parse_complete(bytes).unwrap();
+    let mut s = TensorStream::new(&header).unwrap();
+    let mut got: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut open = false;
+    for c in bytes.chunks(chunk) {
+        s.push_pieces(c, |t, b, last| {
+            if !open {
+                got.push((t.name.clone(), Vec::new()));
+            }
+            let (name, data) = got.last_mut().unwrap();
+            assert_eq!(name, &t.name, "pieces of one tensor come together");
+            data.extend_from_slice(b);
+            open = !last;
+            Ok::<(), GgufError>(())
+        })
+        .unwrap();
+    }
+    assert!(s.is_done() && !open);
+    s.finish().unwrap();
+    got
+}
+
 #[test]
 fn streaming_yields_the_same_tensors_for_any_chunking() {
     let (bytes, datas) = small_file();
@@ -214,6 +238,9 @@ fn streaming_yields_the_same_tensors_for_any_chunking() {
         .collect();
     for chunk in [997, 65536] {
         assert_eq!(stream(&model, chunk), want);
+    }
+    for chunk in [1, 31, 997, model.len()] {
+        assert_eq!(stream_pieces(&model, chunk), want, "pieces, chunk {chunk}");
     }
     // A stream cut short says which tensor is incomplete.
     let h = GgufHeader::parse_complete(&model).unwrap();

@@ -43,10 +43,12 @@ fn the_playground_samples_two_prompts_in_chromium() {
     assert_eq!(result["ok"], true, "{result}");
     // What a reader of the test log wants to know: load times and decode speed.
     println!(
-        "in-browser: first load {} ms ({}), cached reload {} ms; {} | {}",
+        "in-browser: first load {} ms ({}), cached reload {} ms; wasm memory {} bytes for a {}-byte model; {} | {}",
         result["first"]["loadMs"],
         result["first"]["text"],
         result["reloaded"]["loadMs"],
+        result["first"]["wasmMemory"],
+        result["first"]["bytes"],
         result["browser"]["status"],
         result["browser"]["usage"]
     );

@@ -8,13 +8,39 @@ use acs_engine::Backend;
 use acs_llama::model::{KvCache, Model, ModelError, SeqInput, SeqOutput};
 use acs_llama::webgpu::{GpuCache, GpuError, GpuModel};
 
-/// The backend chosen at load time.
+/// The backend chosen at load time, and a gate that lets one step at a time run on
+/// it (the scheduler's, or a contrast pair's read-out for steering).
 #[derive(Debug)]
-pub enum Device {
-    /// The CPU model (wasm SIMD128 where the browser has it).
+pub struct Device {
+    kind: Kind,
+    gate: futures_util::lock::Mutex<()>,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// The CPU model, whole in wasm memory.
     Cpu(Arc<Model>),
-    /// The same weights on a WebGPU device.
+    /// The weights on a WebGPU device.
     Gpu(Box<GpuModel>),
+}
+
+impl Device {
+    /// The CPU backend over `model` (which must have its weights).
+    pub fn cpu(model: Arc<Model>) -> Device {
+        Device::new(Kind::Cpu(model))
+    }
+
+    /// The WebGPU backend.
+    pub fn gpu(model: GpuModel) -> Device {
+        Device::new(Kind::Gpu(Box::new(model)))
+    }
+
+    fn new(kind: Kind) -> Device {
+        Device {
+            kind,
+            gate: futures_util::lock::Mutex::new(()),
+        }
+    }
 }
 
 /// One sequence's keys and values on its device.
@@ -45,16 +71,16 @@ impl Backend for Device {
     type Error = DeviceError;
 
     fn new_cache(&self) -> DeviceCache {
-        match self {
-            Device::Cpu(m) => DeviceCache::Cpu(m.new_cache()),
-            Device::Gpu(g) => DeviceCache::Gpu(g.new_cache()),
+        match &self.kind {
+            Kind::Cpu(m) => DeviceCache::Cpu(m.new_cache()),
+            Kind::Gpu(g) => DeviceCache::Gpu(g.new_cache()),
         }
     }
 
     fn fork(&self, cache: &DeviceCache) -> Result<DeviceCache, DeviceError> {
-        match (self, cache) {
-            (Device::Cpu(_), DeviceCache::Cpu(c)) => Ok(DeviceCache::Cpu(c.clone())),
-            (Device::Gpu(g), DeviceCache::Gpu(c)) => Ok(DeviceCache::Gpu(g.fork_cache(c)?)),
+        match (&self.kind, cache) {
+            (Kind::Cpu(_), DeviceCache::Cpu(c)) => Ok(DeviceCache::Cpu(c.clone())),
+            (Kind::Gpu(g), DeviceCache::Gpu(c)) => Ok(DeviceCache::Gpu(g.fork_cache(c)?)),
             _ => Err(DeviceError::Mixed),
         }
     }
@@ -63,8 +89,10 @@ impl Backend for Device {
         &self,
         batch: &mut [SeqInput<'_, DeviceCache>],
     ) -> Result<Vec<SeqOutput>, DeviceError> {
-        match self {
-            Device::Cpu(m) => {
+        // A GPU step awaits its read-back; another step must not start meanwhile.
+        let _turn = self.gate.lock().await;
+        match &self.kind {
+            Kind::Cpu(m) => {
                 let mut inner = Vec::with_capacity(batch.len());
                 for s in batch.iter_mut() {
                     let DeviceCache::Cpu(cache) = &mut *s.cache else {
@@ -80,7 +108,7 @@ impl Backend for Device {
                 }
                 Ok(m.forward(&mut inner)?)
             }
-            Device::Gpu(g) => {
+            Kind::Gpu(g) => {
                 let mut inner = Vec::with_capacity(batch.len());
                 for s in batch.iter_mut() {
                     let DeviceCache::Gpu(cache) = &mut *s.cache else {
@@ -100,11 +128,16 @@ impl Backend for Device {
     }
 
     fn describe(&self) -> String {
-        match self {
-            Device::Cpu(_) => "cpu".into(),
-            Device::Gpu(g) => {
+        match &self.kind {
+            Kind::Cpu(_) => "cpu".into(),
+            Kind::Gpu(g) => {
                 let i = g.adapter_info();
-                format!("webgpu: {} ({:?})", i.name, i.device_type)
+                let name = if i.name.is_empty() {
+                    "adapter"
+                } else {
+                    &i.name
+                };
+                format!("webgpu: {name} ({:?})", i.device_type)
             }
         }
     }

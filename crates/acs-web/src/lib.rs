@@ -6,24 +6,29 @@
 //! (`web/acs-worker.js`), which owns the GPU device; `web/acs-client.js` talks to the
 //! worker and offers a `fetch` that the openai JS SDK can use in-page.
 //!
+//! - [`load`]: a model from a file streamed in chunks, its weights straight to the GPU;
 //! - [`device`]: WebGPU, or the CPU backend compiled to wasm where WebGPU is absent;
 //! - [`runtime`]: the store, the scheduler task and the job dispatcher.
 #![cfg(target_arch = "wasm32")]
 
 pub mod device;
+pub mod load;
 pub mod runtime;
 
 use std::rc::Rc;
 use std::sync::Arc;
 
 use acs_core::{ApiError, Budget, MemoryStore};
-use acs_llama::gguf::{GgufError, GgufFile};
+use acs_llama::gguf::GgufError;
 use acs_llama::model::{Model, ModelError};
-use acs_llama::webgpu::{GpuError, GpuModel, pick_adapter};
+use acs_llama::webgpu::GpuError;
 use serde::{Deserialize, Serialize};
+use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
 
 use crate::device::Device;
+use crate::load::Builder;
 use crate::runtime::{Runtime, Settings};
 
 /// Why a model could not be loaded.
@@ -52,6 +57,25 @@ pub enum LoadError {
     /// The saved store could not be recovered.
     #[error("the saved jobs could not be recovered: {0}")]
     Recover(ApiError),
+    /// The file cannot fit the wasm memory of the CPU backend.
+    #[error(
+        "the model takes {bytes} bytes; the CPU backend in the browser holds at most {limit} (wasm memory). Use a browser with WebGPU or a smaller model"
+    )]
+    TooLarge {
+        /// The file's size.
+        bytes: u64,
+        /// The most the CPU backend takes.
+        limit: u64,
+    },
+    /// The file ended inside its header.
+    #[error("the file ended after {0} bytes, inside its GGUF header: a truncated download?")]
+    Truncated(u64),
+    /// Fed again after a failure.
+    #[error("loading already failed")]
+    Failed,
+    /// The stream of the file could not be read.
+    #[error("reading the file failed: {0}")]
+    Read(String),
 }
 
 /// What `Acs.load` takes besides the bytes.
@@ -79,6 +103,19 @@ struct BudgetOption {
     max_running: Option<u32>,
 }
 
+impl LoadOptions {
+    fn from_js(options: JsValue) -> Result<LoadOptions, LoadError> {
+        if options.is_undefined() || options.is_null() {
+            return Ok(LoadOptions::default());
+        }
+        serde_wasm_bindgen::from_value(options).map_err(|e| LoadError::Options(e.to_string()))
+    }
+
+    fn backend(&self) -> &str {
+        self.backend.as_deref().unwrap_or("auto")
+    }
+}
+
 impl BudgetOption {
     fn budget(&self) -> Budget {
         Budget {
@@ -99,45 +136,71 @@ pub struct Acs {
 impl Acs {
     /// Loads a GGUF model from its bytes and starts the engine.
     pub async fn load(bytes: Vec<u8>, options: JsValue) -> Result<Acs, JsValue> {
-        Self::load_inner(bytes, options).await.map_err(|e| {
-            let err = js_sys::Error::new(&e.to_string());
-            err.set_name("AcsLoadError");
-            err.into()
-        })
+        async {
+            let options = LoadOptions::from_js(options)?;
+            let builder = Builder::new(options.backend()).await?;
+            let (model, device) = if builder.keeps_file() {
+                load::cpu(bytes)?
+            } else {
+                let mut builder = builder;
+                builder.push(&bytes).await?;
+                drop(bytes);
+                builder.finish().await?
+            };
+            Self::start(model, device, options)
+        }
+        .await
+        .map_err(load_error)
     }
 
-    async fn load_inner(bytes: Vec<u8>, options: JsValue) -> Result<Acs, LoadError> {
-        let options: LoadOptions = if options.is_undefined() || options.is_null() {
-            LoadOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options)
-                .map_err(|e| LoadError::Options(e.to_string()))?
-        };
-        let file = Arc::new(GgufFile::from_vec(bytes)?);
-        let model = Arc::new(Model::from_gguf(Arc::clone(&file))?);
-        let device = match options.backend.as_deref().unwrap_or("auto") {
-            "cpu" => Device::Cpu(Arc::clone(&model)),
-            "webgpu" => {
-                let adapter = pick_adapter(true).await.map_err(LoadError::NoWebGpu)?;
-                let gpu = GpuModel::load(&file, adapter)
+    /// Loads a GGUF model from a `ReadableStream` of its bytes (a `fetch` body, a
+    /// Cache API response, `file.stream()`), uploading each tensor to the GPU as it
+    /// arrives; `onProgress({loaded, tensors, tensors_total})` hears how far it got
+    /// about every MiB.
+    #[wasm_bindgen(js_name = loadStream)]
+    pub async fn load_stream(
+        stream: JsValue,
+        options: JsValue,
+        on_progress: Option<js_sys::Function>,
+    ) -> Result<Acs, JsValue> {
+        async {
+            let options = LoadOptions::from_js(options)?;
+            let mut builder = Builder::new(options.backend()).await?;
+            let reader = call(&stream, "getReader", &[])?;
+            let mut reported = 0u64;
+            loop {
+                let next = call(&reader, "read", &[])?;
+                let next = JsFuture::from(js_sys::Promise::from(next))
                     .await
-                    .map_err(LoadError::Gpu)?;
-                Device::Gpu(Box::new(gpu))
+                    .map_err(|e| LoadError::Read(describe(&e)))?;
+                if get(&next, "done").as_bool() == Some(true) {
+                    break;
+                }
+                let chunk = get(&next, "value")
+                    .dyn_into::<js_sys::Uint8Array>()
+                    .map_err(|_| {
+                        LoadError::Read("the stream gave something else than bytes".into())
+                    })?;
+                builder.push(&chunk.to_vec()).await?;
+                let p = builder.progress();
+                if let Some(f) = &on_progress
+                    && p.loaded - reported >= 1 << 20
+                {
+                    reported = p.loaded;
+                    let _ = f.call1(&JsValue::NULL, &to_js(&p));
+                }
             }
-            "auto" => match pick_adapter(true).await {
-                Ok(adapter) => match GpuModel::load(&file, adapter).await {
-                    Ok(gpu) => Device::Gpu(Box::new(gpu)),
-                    // A model the GPU cannot take still runs on the CPU.
-                    Err(_) => Device::Cpu(Arc::clone(&model)),
-                },
-                Err(_) => Device::Cpu(Arc::clone(&model)),
-            },
-            other => {
-                return Err(LoadError::Options(format!(
-                    "backend must be \"auto\", \"webgpu\" or \"cpu\", not {other:?}"
-                )));
+            if let Some(f) = &on_progress {
+                let _ = f.call1(&JsValue::NULL, &to_js(&builder.progress()));
             }
-        };
+            let (model, device) = builder.finish().await?;
+            Self::start(model, device, options)
+        }
+        .await
+        .map_err(load_error)
+    }
+
+    fn start(model: Arc<Model>, device: Device, options: LoadOptions) -> Result<Acs, LoadError> {
         let restored = match &options.snapshot {
             Some(s) => Some(MemoryStore::from_snapshot(serde_json::from_str(s)?)),
             None => None,
@@ -214,41 +277,40 @@ impl Acs {
         })
     }
 
-    /// `POST /v1/jobs`: resolves to `{ job, replayed }` (`replayed` when the
+    /// `POST /v1/completion-jobs`: resolves to `{ job, replayed }` (`replayed` when the
     /// idempotency key was seen with the same body).
     #[wasm_bindgen(js_name = createJob)]
-    pub fn create_job(
-        &self,
-        body: JsValue,
-        idempotency_key: Option<String>,
-    ) -> Result<JsValue, JsValue> {
-        let body = request_body(body).map_err(api_error)?;
-        let (job, replayed) = self
-            .rt
-            .create_job(&body, idempotency_key.as_deref())
-            .map_err(api_error)?;
-        Ok(to_js(
-            &serde_json::json!({ "job": job, "replayed": replayed }),
-        ))
+    pub fn create_job(&self, body: JsValue, idempotency_key: Option<String>) -> js_sys::Promise {
+        let rt = Rc::clone(&self.rt);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let body = request_body(body).map_err(api_error)?;
+            let (job, replayed) = rt
+                .create_job(&body, idempotency_key.as_deref())
+                .await
+                .map_err(api_error)?;
+            Ok(to_js(
+                &serde_json::json!({ "job": job, "replayed": replayed }),
+            ))
+        })
     }
 
-    /// `GET /v1/jobs/{id}`.
+    /// `GET /v1/completion-jobs/{id}`.
     pub fn job(&self, id: &str) -> Result<JsValue, JsValue> {
         answer(self.rt.job(id))
     }
 
-    /// `GET /v1/jobs?limit=&after=`.
+    /// `GET /v1/completion-jobs?limit=&after=`.
     pub fn jobs(&self, limit: Option<String>, after: Option<String>) -> Result<JsValue, JsValue> {
         answer(self.rt.jobs(limit.as_deref(), after.as_deref()))
     }
 
-    /// `POST /v1/jobs/{id}/cancel`.
+    /// `POST /v1/completion-jobs/{id}/cancel`.
     #[wasm_bindgen(js_name = cancelJob)]
     pub fn cancel_job(&self, id: &str) -> Result<JsValue, JsValue> {
         answer(self.rt.cancel_job(id))
     }
 
-    /// `GET /v1/jobs/{id}/result`.
+    /// `GET /v1/completion-jobs/{id}/result`.
     #[wasm_bindgen(js_name = jobResult)]
     pub fn job_result(&self, id: &str) -> Result<JsValue, JsValue> {
         answer(self.rt.job_result(id))
@@ -265,6 +327,33 @@ impl Acs {
     pub fn on_change(&self, f: Option<js_sys::Function>) {
         self.rt.on_change(f);
     }
+}
+
+/// A loading failure as a JS `Error` named `AcsLoadError`.
+fn load_error(e: LoadError) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    err.set_name("AcsLoadError");
+    err.into()
+}
+
+/// `target[name](...args)`.
+fn call(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue, LoadError> {
+    let f = get(target, name)
+        .dyn_into::<js_sys::Function>()
+        .map_err(|_| LoadError::Read(format!("not a ReadableStream: no {name}()")))?;
+    f.apply(target, &args.iter().collect())
+        .map_err(|e| LoadError::Read(describe(&e)))
+}
+
+fn get(target: &JsValue, name: &str) -> JsValue {
+    js_sys::Reflect::get(target, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn describe(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
 }
 
 /// A request body given as an object or as JSON text.

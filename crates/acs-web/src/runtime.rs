@@ -59,6 +59,7 @@ pub struct Settings {
 /// The page's ACS: model, store, scheduler task and job dispatcher.
 pub struct Runtime {
     model: Arc<Model>,
+    device: Arc<Device>,
     settings: Settings,
     backend: String,
     started: i64,
@@ -104,13 +105,14 @@ impl Runtime {
         // thread's owner); in the page one thread owns both, so `Send` is moot.
         #[allow(clippy::arc_with_non_send_sync)]
         let device = Arc::new(device);
-        let scheduler = Scheduler::with_backend(Arc::clone(&model), device, config);
+        let scheduler = Scheduler::with_backend(Arc::clone(&model), Arc::clone(&device), config);
         let (submit, submissions) = mpsc::unbounded();
         let (wake, wakes) = mpsc::unbounded();
         let stats = Rc::new(Cell::new(Stats::default()));
         spawn_local(drive(scheduler, submissions, Rc::clone(&stats)));
         let rt = Rc::new(Runtime {
             model,
+            device,
             settings,
             backend,
             started: now().unix_seconds(),
@@ -195,10 +197,12 @@ impl Runtime {
         }
     }
 
-    fn prepare(&self, req: &CompletionRequest) -> Result<Generation, ApiError> {
+    /// Tokenizes and checks a request; contrast pairs run on the page's device.
+    async fn prepare(&self, req: &CompletionRequest) -> Result<Generation, ApiError> {
         let info = self.check_model(&req.model)?;
         let seed = u64::from_le_bytes(random());
-        acs_engine::prepare(req, &self.model, &info, &ControlVectors::new(), seed)
+        let controls = ControlVectors::new();
+        acs_engine::prepare_on(req, &self.model, &*self.device, &info, &controls, seed).await
     }
 
     /// Hands a request to the scheduler task.
@@ -233,7 +237,7 @@ impl Runtime {
         aborted: impl Fn() -> bool,
     ) -> Result<Completion, ApiError> {
         let req = CompletionRequest::from_value(body, Endpoint::Completions)?;
-        let generation = self.prepare(&req)?;
+        let generation = self.prepare(&req).await?;
         let rid = request_id(random());
         let hold = hold_tokens(
             &generation.prompt_lens(),
@@ -287,8 +291,8 @@ impl Runtime {
         end
     }
 
-    /// `POST /v1/jobs`: the job, and whether it is an idempotent replay.
-    pub fn create_job(
+    /// `POST /v1/completion-jobs`: the job, and whether it is an idempotent replay.
+    pub async fn create_job(
         &self,
         body: &serde_json::Value,
         idempotency_key: Option<&str>,
@@ -304,7 +308,7 @@ impl Runtime {
         if let Begin::Replay(job) = begun {
             return Ok((job.view(now()), true));
         }
-        if let Err(e) = self.prepare(&req) {
+        if let Err(e) = self.prepare(&req).await {
             self.tx(|s| jobs::abandon(s, KEY, idempotency_key))?;
             return Err(e);
         }
@@ -315,13 +319,13 @@ impl Runtime {
         Ok((job.view(now()), false))
     }
 
-    /// `GET /v1/jobs/{id}`.
+    /// `GET /v1/completion-jobs/{id}`.
     pub fn job(&self, id: &str) -> Result<JobObject, ApiError> {
         let id = jobs::parse_id(id)?;
         Ok(jobs::owned(&*self.store.borrow(), KEY, id)?.view(now()))
     }
 
-    /// `GET /v1/jobs`.
+    /// `GET /v1/completion-jobs`.
     pub fn jobs(
         &self,
         limit: Option<&str>,
@@ -330,7 +334,7 @@ impl Runtime {
         jobs::list(&*self.store.borrow(), KEY, limit, after, now())
     }
 
-    /// `POST /v1/jobs/{id}/cancel`.
+    /// `POST /v1/completion-jobs/{id}/cancel`.
     pub fn cancel_job(&self, id: &str) -> Result<JobObject, ApiError> {
         let id = jobs::parse_id(id)?;
         let retention = self.settings.retention_ms;
@@ -342,7 +346,7 @@ impl Runtime {
         Ok(job.view(now()))
     }
 
-    /// `GET /v1/jobs/{id}/result`.
+    /// `GET /v1/completion-jobs/{id}/result`.
     pub fn job_result(&self, id: &str) -> Result<Completion, ApiError> {
         let id = jobs::parse_id(id)?;
         jobs::result(&*self.store.borrow(), KEY, id, now())
@@ -392,7 +396,7 @@ async fn drive(
 /// jobs whose Hold fits.
 async fn dispatch(rt: Rc<Runtime>, mut wakes: mpsc::UnboundedReceiver<()>) {
     loop {
-        dispatch_once(&rt);
+        dispatch_once(&rt).await;
         if wakes.next().await.is_none() {
             return;
         }
@@ -400,7 +404,7 @@ async fn dispatch(rt: Rc<Runtime>, mut wakes: mpsc::UnboundedReceiver<()>) {
     }
 }
 
-fn dispatch_once(rt: &Rc<Runtime>) {
+async fn dispatch_once(rt: &Rc<Runtime>) {
     let retention = rt.settings.retention_ms;
     let _ = rt.tx(|s| jobs::purge(s, now(), retention));
     let queued = match rt.store.borrow().jobs_with_status(JobStatus::Queued) {
@@ -408,9 +412,12 @@ fn dispatch_once(rt: &Rc<Runtime>) {
         Err(_) => return,
     };
     for job in queued {
-        let generation = acs_core::request::parse_json_object(job.body.as_bytes())
+        let generation = match acs_core::request::parse_json_object(job.body.as_bytes())
             .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs))
-            .and_then(|r| rt.prepare(&r));
+        {
+            Ok(r) => rt.prepare(&r).await,
+            Err(e) => Err(e),
+        };
         let generation = match generation {
             Ok(g) => g,
             Err(e) => {

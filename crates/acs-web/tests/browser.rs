@@ -40,6 +40,28 @@ async fn complete(acs: &Acs, body: Value) -> Result<Value, JsValue> {
         .map(val)
 }
 
+async fn create(acs: &Acs, body: &Value, key: Option<&str>) -> Result<Value, JsValue> {
+    JsFuture::from(acs.create_job(js(body), key.map(str::to_owned)))
+        .await
+        .map(val)
+}
+
+/// A `ReadableStream` of `bytes` in chunks of `size`, as a download delivers them.
+fn stream_of(bytes: &[u8], size: usize) -> JsValue {
+    let make = js_sys::Function::new_with_args(
+        "bytes, size",
+        "let i = 0; return new ReadableStream({ pull(c) { \
+           if (i >= bytes.length) { c.close(); return; } \
+           c.enqueue(bytes.slice(i, i + size)); i += size; } });",
+    );
+    make.call2(
+        &JsValue::NULL,
+        &js_sys::Uint8Array::from(bytes).into(),
+        &JsValue::from(size as u32),
+    )
+    .expect("a stream")
+}
+
 fn status(e: &JsValue) -> u16 {
     js_sys::Reflect::get(e, &"status".into())
         .ok()
@@ -178,18 +200,14 @@ async fn a_job_runs_to_its_result_and_replays_its_idempotency_key() {
         2,
         json!({"activations": {"layers": [0, 1], "positions": "last"}}),
     );
-    let created = val(acs
-        .create_job(js(&b), Some("job-1".into()))
-        .expect("accepted"));
+    let created = create(&acs, &b, Some("job-1")).await.expect("accepted");
     assert_eq!(created["replayed"], false);
     let id = created["job"]["id"].as_str().unwrap().to_owned();
-    let replay = val(acs.create_job(js(&b), Some("job-1".into())).unwrap());
+    let replay = create(&acs, &b, Some("job-1")).await.unwrap();
     assert_eq!(replay["replayed"], true);
     assert_eq!(replay["job"]["id"], id.as_str());
     let other = json!({"model": "llama-8b", "prompt": "x", "max_tokens": 1});
-    let e = acs
-        .create_job(js(&other), Some("job-1".into()))
-        .unwrap_err();
+    let e = create(&acs, &other, Some("job-1")).await.unwrap_err();
     assert_eq!(status(&e), 422, "a key reused with another body");
     let j = until_final(&acs, &id).await;
     assert_eq!(j["status"], "succeeded", "{j}");
@@ -211,7 +229,7 @@ async fn saved_jobs_survive_a_reload_and_run_on_the_cpu() {
     let acs = load("cpu").await;
     assert_eq!(acs.backend(), "cpu");
     let b = body(2, json!({}));
-    let created = val(acs.create_job(js(&b), None).unwrap());
+    let created = create(&acs, &b, None).await.unwrap();
     let id = created["job"]["id"].as_str().unwrap().to_owned();
     // The page goes away before the job ran: the next one starts from what it saved.
     let saved = acs.snapshot();
@@ -267,4 +285,91 @@ async fn bad_input_gets_the_contracts_errors() {
     assert_eq!(status(&e), 400);
     let e = acs.job("not-a-job").unwrap_err();
     assert_eq!(status(&e), 404);
+}
+
+#[wasm_bindgen_test]
+async fn a_streamed_file_goes_to_the_gpu_tensor_by_tensor() {
+    let bytes = test_model_bytes(&TestModelSpec::tiny()).unwrap();
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let on_progress = {
+        let seen = seen.clone();
+        wasm_bindgen::closure::Closure::<dyn FnMut(JsValue)>::new(move |p: JsValue| {
+            seen.borrow_mut().push(val(p));
+        })
+    };
+    let options = js(&json!({"backend": "webgpu", "modelId": "tiny"}));
+    // Chunks of 1000 bytes: tensors span chunks, and the header takes several.
+    let streamed = Acs::load_stream(
+        stream_of(&bytes, 1000),
+        options,
+        Some(
+            on_progress
+                .as_ref()
+                .unchecked_ref::<js_sys::Function>()
+                .clone(),
+        ),
+    )
+    .await
+    .expect("loads from a stream");
+    assert!(streamed.backend().starts_with("webgpu"));
+    let last = seen
+        .borrow()
+        .last()
+        .cloned()
+        .expect("progress was reported");
+    assert_eq!(last["loaded"].as_u64(), Some(bytes.len() as u64));
+    assert!(last["tensors_total"].as_u64().unwrap() > 0);
+    assert_eq!(last["tensors"], last["tensors_total"], "{last}");
+    // The same greedy text as the model loaded whole, on the CPU.
+    let cpu = load("cpu").await;
+    let greedy = body(2, json!({"temperature": 0, "max_tokens": 6}));
+    let a = complete(&streamed, greedy.clone()).await.unwrap();
+    let b = complete(&cpu, greedy).await.unwrap();
+    assert_eq!(a["choices"], b["choices"]);
+    // Contrast steering runs its read-out on the GPU: the CPU model has no weights.
+    let mut steered = body(1, json!({"temperature": 0, "max_tokens": 6}));
+    steered["steering"] =
+        json!([{"layer": 1, "positive": "happy glad", "negative": "sad", "scale": 8.0}]);
+    let s = complete(&streamed, steered.clone())
+        .await
+        .expect("contrast steering on the GPU");
+    let c = complete(&cpu, steered).await.unwrap();
+    assert_eq!(
+        s["choices"], c["choices"],
+        "the same steering on both backends"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn a_streamed_file_on_the_cpu_and_broken_streams() {
+    let bytes = test_model_bytes(&TestModelSpec::tiny()).unwrap();
+    let options = || js(&json!({"backend": "cpu", "modelId": "tiny"}));
+    let acs = Acs::load_stream(stream_of(&bytes, 4096), options(), None)
+        .await
+        .expect("loads");
+    assert_eq!(acs.backend(), "cpu");
+    assert_eq!(
+        complete(&acs, body(2, json!({}))).await.unwrap()["choices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let message = |e: JsValue| String::from(e.dyn_ref::<js_sys::Error>().unwrap().message());
+    for backend in ["cpu", "webgpu"] {
+        let o = js(&json!({"backend": backend}));
+        // Cut inside the header, then inside the tensors.
+        let e = Acs::load_stream(stream_of(&bytes[..100], 64), o.clone(), None)
+            .await
+            .unwrap_err();
+        assert!(message(e).contains("header"), "{backend}");
+        let e = Acs::load_stream(stream_of(&bytes[..bytes.len() - 10], 999), o, None)
+            .await
+            .unwrap_err();
+        assert!(!message(e).is_empty(), "{backend}");
+    }
+    let e = Acs::load_stream(JsValue::from(3), options(), None)
+        .await
+        .unwrap_err();
+    assert!(message(e).contains("ReadableStream"));
 }

@@ -20,7 +20,10 @@ use std::task::{Poll, Waker};
 
 use wgpu::util::DeviceExt;
 
-use crate::gguf::{GgufError, GgufFile};
+/// The wgpu this backend is built on, for callers that hold its adapters.
+pub use wgpu;
+
+use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
 use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput};
 use crate::quant::{self, GgmlType};
 
@@ -236,25 +239,18 @@ impl GpuCache {
 /// One sequence's part of a batch step: the CPU's input, over a device cache.
 pub type GpuSeqInput<'a> = SeqInput<'a, GpuCache>;
 
-/// The format and byte range of tensor `name`, checked to be `rows × cols`.
-fn check_dims(
-    file: &GgufFile,
-    name: &str,
-    cols: usize,
-    rows: usize,
-) -> Result<(GgmlType, Range<usize>), GpuError> {
-    let (info, data) = file.tensor_data(name)?;
+/// Checks that tensor `info` is `rows × cols`.
+fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), GpuError> {
     if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
         return Err(ModelError::TensorShape {
-            name: name.to_owned(),
+            name: info.name.clone(),
             dims: info.dims.clone(),
             cols,
             rows,
         }
         .into());
     }
-    let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
-    Ok((info.ty, start..start + data.len()))
+    Ok(())
 }
 
 /// Bytes `data` padded with zeros to whole words (storage buffers hold `u32`s).
@@ -276,25 +272,147 @@ const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-impl GpuModel {
-    /// Loads a model onto the best adapter [`pick_adapter`] finds, software included,
-    /// blocking until the weights are uploaded.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn new(file: &GgufFile) -> Result<Self, GpuError> {
-        Self::open(file, true)
-    }
+/// What the model needs of a tensor.
+#[derive(Debug, Clone, Copy)]
+enum Need {
+    /// A weight matrix of `rows` rows of `cols`, kept in its ggml format.
+    Matrix { cols: usize, rows: usize },
+    /// A norm's gains, expanded to f32.
+    Vector { n: usize },
+}
 
-    /// Loads a model onto the best adapter [`pick_adapter`] finds, software ones only
-    /// if `allow_software`, blocking until the weights are uploaded.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn open(file: &GgufFile, allow_software: bool) -> Result<Self, GpuError> {
-        let adapter = pollster::block_on(pick_adapter(allow_software))?;
-        pollster::block_on(Self::load(file, adapter))
-    }
+/// A weight matrix whose bytes are arriving in order: its buffers exist and are
+/// written piece by piece with `Queue::write_buffer`, which copies from the caller's
+/// memory straight to the device (a buffer mapped at creation would stage a copy of
+/// the whole tensor in wasm memory).
+#[derive(Debug)]
+struct Arriving {
+    tensor: GpuTensor,
+    /// Tensor bytes written so far.
+    done: u64,
+    /// Up to 3 bytes held back so that every write is whole words, as WebGPU needs.
+    carry: Vec<u8>,
+}
 
-    /// Opens a device on `adapter` and uploads the model's weights, tensor by tensor.
-    pub async fn load(file: &GgufFile, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
-        let config = LlamaConfig::from_metadata(file.metadata())?;
+impl Arriving {
+    /// Writes the tensor's next `bytes`.
+    fn write(&mut self, queue: &wgpu::Queue, bytes: &[u8]) {
+        let joined;
+        let mut rest: &[u8] = if self.carry.is_empty() {
+            bytes
+        } else {
+            joined = [std::mem::take(&mut self.carry).as_slice(), bytes].concat();
+            &joined
+        };
+        let mut pos = self.done;
+        let row_bytes = self.tensor.row_bytes as u64;
+        while !rest.is_empty() {
+            let Some(chunk) = self
+                .tensor
+                .chunks
+                .iter()
+                .find(|c| (c.row0 + c.rows) as u64 * row_bytes > pos)
+            else {
+                // More bytes than the tensor holds: the stream gives exactly its size.
+                break;
+            };
+            let start = chunk.row0 as u64 * row_bytes;
+            let off = pos - start;
+            let room = chunk.rows as u64 * row_bytes - off;
+            let n = if rest.len() as u64 >= room {
+                // The buffer's last bytes: a partial word is padded with zeros.
+                let room = room as usize;
+                let whole = room & !3;
+                queue.write_buffer(&chunk.buf, off, &rest[..whole]);
+                if whole < room {
+                    let mut tail = [0u8; 4];
+                    tail[..room - whole].copy_from_slice(&rest[whole..room]);
+                    queue.write_buffer(&chunk.buf, off + whole as u64, &tail);
+                }
+                room
+            } else {
+                let whole = rest.len() & !3;
+                if whole > 0 {
+                    queue.write_buffer(&chunk.buf, off, &rest[..whole]);
+                }
+                self.carry = rest[whole..].to_vec();
+                rest = &[];
+                pos += whole as u64;
+                continue;
+            };
+            pos += n as u64;
+            rest = &rest[n..];
+        }
+        self.done = pos;
+    }
+}
+
+/// Uploads a model's weights to a device tensor by tensor, in whatever order they
+/// come: from a whole file ([`GpuModel::load`]), or while a browser streams the file
+/// through a [`crate::gguf::TensorStream`], so that the file is never whole in memory.
+/// Every tensor the model needs is checked against the header before any upload.
+#[derive(Debug)]
+pub struct GpuLoader {
+    config: LlamaConfig,
+    info: wgpu::AdapterInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    lost: Arc<Mutex<Option<String>>>,
+    scopes: ErrorScopes,
+    needs: HashMap<String, Need>,
+    matrices: HashMap<String, GpuTensor>,
+    vectors: HashMap<String, wgpu::Buffer>,
+    /// Matrices partly written.
+    arriving: HashMap<String, Arriving>,
+    /// Norm vectors partly received (they are small).
+    pending: HashMap<String, Vec<u8>>,
+    formats: Vec<GgmlType>,
+}
+
+impl GpuLoader {
+    /// Opens a device on `adapter` for the model `header` describes.
+    pub async fn new(header: &GgufHeader, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        let config = LlamaConfig::from_metadata(&header.metadata)?;
+        let c = &config;
+        let mut needs = HashMap::new();
+        let matrix = |cols, rows| Need::Matrix { cols, rows };
+        needs.insert("token_embd.weight".to_owned(), matrix(c.d_model, c.vocab));
+        if header.tensor("output.weight").is_some() {
+            needs.insert("output.weight".to_owned(), matrix(c.d_model, c.vocab));
+        }
+        needs.insert(
+            "output_norm.weight".to_owned(),
+            Need::Vector { n: c.d_model },
+        );
+        for l in 0..c.n_layers {
+            let n = |part: &str| format!("blk.{l}.{part}.weight");
+            needs.insert(n("attn_norm"), Need::Vector { n: c.d_model });
+            needs.insert(n("ffn_norm"), Need::Vector { n: c.d_model });
+            needs.insert(n("attn_q"), matrix(c.d_model, c.d_model));
+            needs.insert(n("attn_k"), matrix(c.d_model, c.kv_dim()));
+            needs.insert(n("attn_v"), matrix(c.d_model, c.kv_dim()));
+            needs.insert(n("attn_output"), matrix(c.d_model, c.d_model));
+            needs.insert(n("ffn_gate"), matrix(c.d_model, c.ffn));
+            needs.insert(n("ffn_up"), matrix(c.d_model, c.ffn));
+            needs.insert(n("ffn_down"), matrix(c.ffn, c.d_model));
+        }
+        // A missing or misshapen tensor fails now, before a byte is uploaded.
+        for (name, need) in &needs {
+            let info = header.require_tensor(name)?;
+            match *need {
+                Need::Matrix { cols, rows } => {
+                    check_dims(info, cols, rows)?;
+                    if !SUPPORTED.contains(&info.ty) {
+                        return Err(GpuError::Unsupported {
+                            name: name.clone(),
+                            ty: info.ty,
+                        });
+                    }
+                }
+                Need::Vector { n } => check_dims(info, n, 1)?,
+            }
+        }
         let info = adapter.get_info();
         let have = adapter.limits();
         // The WebGPU defaults, except as large buffers as the adapter can bind: the
@@ -321,58 +439,169 @@ impl GpuModel {
         });
         let limits = device.limits();
         let scopes = ErrorScopes::push(&device);
-
-        let c = &config;
-        let names = |l: usize, part: &str| format!("blk.{l}.{part}.weight");
-        let mut formats = Vec::new();
-        let mut upload = |name: &str, cols: usize, rows: usize| -> Result<GpuTensor, GpuError> {
-            let t = Self::upload_tensor(&device, &limits, file, name, cols, rows)?;
-            if !formats.contains(&t.ty) {
-                formats.push(t.ty);
-            }
-            Ok(t)
-        };
-        let embed = upload("token_embd.weight", c.d_model, c.vocab)?;
-        let output = if file.header().tensor("output.weight").is_some() {
-            Some(upload("output.weight", c.d_model, c.vocab)?)
-        } else {
-            None
-        };
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for l in 0..c.n_layers {
-            let n = |p: &str| names(l, p);
-            blocks.push(GpuBlock {
-                attn_norm: Self::upload_vector(&device, file, &n("attn_norm"), c.d_model)?,
-                wq: upload(&n("attn_q"), c.d_model, c.d_model)?,
-                wk: upload(&n("attn_k"), c.d_model, c.kv_dim())?,
-                wv: upload(&n("attn_v"), c.d_model, c.kv_dim())?,
-                wo: upload(&n("attn_output"), c.d_model, c.d_model)?,
-                ffn_norm: Self::upload_vector(&device, file, &n("ffn_norm"), c.d_model)?,
-                gate: upload(&n("ffn_gate"), c.d_model, c.ffn)?,
-                up: upload(&n("ffn_up"), c.d_model, c.ffn)?,
-                down: upload(&n("ffn_down"), c.ffn, c.d_model)?,
-            });
-        }
-        let out_norm = Self::upload_vector(&device, file, "output_norm.weight", c.d_model)?;
-        let pipes = Pipelines::new(&device, &formats, embed.ty);
-        scopes.pop().await?;
-        let rope_inv_freq = (0..c.rope_dims / 2)
-            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
-            .collect();
-        Ok(GpuModel {
+        Ok(GpuLoader {
             config,
             info,
             device,
             queue,
             limits,
+            lost,
+            scopes,
+            needs,
+            matrices: HashMap::new(),
+            vectors: HashMap::new(),
+            arriving: HashMap::new(),
+            pending: HashMap::new(),
+            formats: Vec::new(),
+        })
+    }
+
+    /// Tensors the model needs.
+    pub fn tensors_needed(&self) -> usize {
+        self.needs.len()
+    }
+
+    /// Tensors uploaded so far.
+    pub fn tensors_uploaded(&self) -> usize {
+        self.matrices.len() + self.vectors.len()
+    }
+
+    /// Uploads tensor `info` from its bytes if the model needs it (others are skipped).
+    pub fn add(&mut self, info: &TensorInfo, bytes: &[u8]) -> Result<(), GpuError> {
+        self.add_piece(info, bytes, true)
+    }
+
+    /// Uploads the next piece of tensor `info` (pieces in order, `last` on its final
+    /// one), as [`crate::gguf::TensorStream::push_pieces`] hands them over.
+    pub fn add_piece(
+        &mut self,
+        info: &TensorInfo,
+        bytes: &[u8],
+        last: bool,
+    ) -> Result<(), GpuError> {
+        match self.needs.get(&info.name).copied() {
+            None => Ok(()),
+            Some(Need::Matrix { cols, rows }) => {
+                let arriving = match self.arriving.entry(info.name.clone()) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(Arriving {
+                        tensor: GpuModel::create_tensor(
+                            &self.device,
+                            &self.limits,
+                            info,
+                            cols,
+                            rows,
+                        )?,
+                        done: 0,
+                        carry: Vec::new(),
+                    }),
+                };
+                arriving.write(&self.queue, bytes);
+                if last {
+                    let a = self.arriving.remove(&info.name).expect("inserted above");
+                    if !self.formats.contains(&a.tensor.ty) {
+                        self.formats.push(a.tensor.ty);
+                    }
+                    self.matrices.insert(info.name.clone(), a.tensor);
+                }
+                Ok(())
+            }
+            Some(Need::Vector { n }) => {
+                let mut data = self.pending.remove(&info.name).unwrap_or_default();
+                data.extend_from_slice(bytes);
+                if last {
+                    let b = GpuModel::upload_vector(&self.device, info, &data, n)?;
+                    self.vectors.insert(info.name.clone(), b);
+                } else {
+                    self.pending.insert(info.name.clone(), data);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The model, once every tensor it needs is uploaded; reports any error the
+    /// device raised meanwhile (out of memory, for one).
+    pub async fn finish(mut self) -> Result<GpuModel, GpuError> {
+        let missing = |name: &str| {
+            GpuError::from(ModelError::from(GgufError::MissingTensor(name.to_owned())))
+        };
+        let mut matrix = |name: &str| self.matrices.remove(name).ok_or_else(|| missing(name));
+        let embed = matrix("token_embd.weight")?;
+        let output = if self.needs.contains_key("output.weight") {
+            Some(matrix("output.weight")?)
+        } else {
+            None
+        };
+        let c = &self.config;
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let n = |part: &str| format!("blk.{l}.{part}.weight");
+            blocks.push(GpuBlock {
+                attn_norm: take(&mut self.vectors, &n("attn_norm"))?,
+                wq: matrix(&n("attn_q"))?,
+                wk: matrix(&n("attn_k"))?,
+                wv: matrix(&n("attn_v"))?,
+                wo: matrix(&n("attn_output"))?,
+                ffn_norm: take(&mut self.vectors, &n("ffn_norm"))?,
+                gate: matrix(&n("ffn_gate"))?,
+                up: matrix(&n("ffn_up"))?,
+                down: matrix(&n("ffn_down"))?,
+            });
+        }
+        let out_norm = take(&mut self.vectors, "output_norm.weight")?;
+        let pipes = Pipelines::new(&self.device, &self.formats, embed.ty);
+        self.scopes.pop().await?;
+        let rope_inv_freq = (0..c.rope_dims / 2)
+            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+            .collect();
+        Ok(GpuModel {
+            config: self.config,
+            info: self.info,
+            device: self.device,
+            queue: self.queue,
+            limits: self.limits,
             embed,
             output,
             blocks,
             out_norm,
             rope_inv_freq,
             pipes,
-            lost,
+            lost: self.lost,
         })
+    }
+}
+
+/// Removes an uploaded vector, or says it never came.
+fn take(vectors: &mut HashMap<String, wgpu::Buffer>, name: &str) -> Result<wgpu::Buffer, GpuError> {
+    vectors
+        .remove(name)
+        .ok_or_else(|| ModelError::from(GgufError::MissingTensor(name.to_owned())).into())
+}
+
+impl GpuModel {
+    /// Loads a model onto the best adapter [`pick_adapter`] finds, software included,
+    /// blocking until the weights are uploaded.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new(file: &GgufFile) -> Result<Self, GpuError> {
+        Self::open(file, true)
+    }
+
+    /// Loads a model onto the best adapter [`pick_adapter`] finds, software ones only
+    /// if `allow_software`, blocking until the weights are uploaded.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(file: &GgufFile, allow_software: bool) -> Result<Self, GpuError> {
+        let adapter = pollster::block_on(pick_adapter(allow_software))?;
+        pollster::block_on(Self::load(file, adapter))
+    }
+
+    /// Opens a device on `adapter` and uploads the model's weights, tensor by tensor.
+    pub async fn load(file: &GgufFile, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        let mut loader = GpuLoader::new(file.header(), adapter).await?;
+        for t in &file.header().tensors {
+            loader.add(t, file.tensor_bytes(t)?)?;
+        }
+        loader.finish().await
     }
 
     /// The adapter the model runs on (name, backend, device type).
@@ -431,16 +660,17 @@ impl GpuModel {
         self.check_lost()?;
         Ok(2.0 * bytes as f64 / secs[secs.len() / 2])
     }
-
-    fn upload_tensor(
+    /// The device buffers of a weight matrix (split by rows under the binding
+    /// limit), empty: [`Arriving::write`] fills them as the bytes come.
+    fn create_tensor(
         device: &wgpu::Device,
         limits: &wgpu::Limits,
-        file: &GgufFile,
-        name: &str,
+        info: &TensorInfo,
         cols: usize,
         rows: usize,
     ) -> Result<GpuTensor, GpuError> {
-        let (ty, range) = check_dims(file, name, cols, rows)?;
+        check_dims(info, cols, rows)?;
+        let (name, ty) = (info.name.as_str(), info.ty);
         if !SUPPORTED.contains(&ty) {
             return Err(GpuError::Unsupported {
                 name: name.to_owned(),
@@ -467,16 +697,15 @@ impl GpuModel {
                 limit,
             });
         }
-        let bytes = &file.bytes()[range];
         let mut chunks = Vec::new();
         let mut row0 = 0;
         while row0 < rows {
             let n = per.min(rows - row0);
-            let data = padded(&bytes[row0 * row_bytes..(row0 + n) * row_bytes]);
-            let buf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            let buf = device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(name),
-                contents: &data,
-                usage: wgpu::BufferUsages::STORAGE,
+                size: ((n * row_bytes).div_ceil(4) * 4) as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
             });
             chunks.push(Chunk { buf, row0, rows: n });
             row0 += n;
@@ -493,16 +722,16 @@ impl GpuModel {
     /// A norm's gains, expanded to f32 (they are tiny).
     fn upload_vector(
         device: &wgpu::Device,
-        file: &GgufFile,
-        name: &str,
+        info: &TensorInfo,
+        bytes: &[u8],
         n: usize,
     ) -> Result<wgpu::Buffer, GpuError> {
-        let (ty, range) = check_dims(file, name, n, 1)?;
+        check_dims(info, n, 1)?;
         let mut v = vec![0f32; n];
-        quant::dequantize_row(ty, &file.bytes()[range], &mut v).map_err(ModelError::from)?;
+        quant::dequantize_row(info.ty, bytes, &mut v).map_err(ModelError::from)?;
         Ok(
             device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(name),
+                label: Some(&info.name),
                 contents: &f32_bytes(&v),
                 usage: wgpu::BufferUsages::STORAGE,
             }),

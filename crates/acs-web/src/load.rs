@@ -1,0 +1,230 @@
+//! Loading a model from a file fed in order, chunk by chunk (a `fetch` body, the Cache
+//! API, a picked file). For WebGPU the weights go to the device tensor by tensor as
+//! their bytes arrive, so the file is never whole in wasm memory: only the header is
+//! kept (the tokenizer and the shape). The CPU backend keeps the whole file, since its
+//! weights are the file.
+
+use std::sync::Arc;
+
+use acs_llama::gguf::{GgufFile, GgufHeader, HeaderParse, TensorStream};
+use acs_llama::model::Model;
+use acs_llama::webgpu::{GpuLoader, pick_adapter, wgpu};
+
+use crate::LoadError;
+use crate::device::Device;
+
+/// Where the bytes fed so far have gone.
+#[derive(Debug)]
+enum Feed {
+    /// The header is not whole yet; `need` is the fewest bytes it can take.
+    Header {
+        prefix: Vec<u8>,
+        need: u64,
+        gpu: Option<Gpu>,
+    },
+    /// Weights stream to the GPU; the header's model stays for tokenizer and shape.
+    Gpu {
+        model: Box<Model>,
+        stream: TensorStream,
+        loader: Box<GpuLoader>,
+    },
+    /// The CPU backend's copy of the whole file.
+    Cpu { bytes: Vec<u8> },
+}
+
+/// The adapter to load onto, and whether failing to open it is an error (`webgpu`) or
+/// a reason to run on the CPU (`auto`).
+#[derive(Debug)]
+struct Gpu {
+    adapter: wgpu::Adapter,
+    required: bool,
+}
+
+/// How far loading got, for progress bars.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Progress {
+    /// File bytes consumed.
+    pub loaded: u64,
+    /// Tensors uploaded to the GPU (0 on the CPU backend).
+    pub tensors: usize,
+    /// Tensors the model needs on the GPU (0 until the header is read, or on the CPU).
+    pub tensors_total: usize,
+}
+
+/// A model being loaded.
+#[derive(Debug)]
+pub struct Builder {
+    feed: Option<Feed>,
+    loaded: u64,
+}
+
+impl Builder {
+    /// Picks the backend: `auto` (WebGPU if the browser offers it, else the CPU),
+    /// `webgpu` or `cpu`.
+    pub async fn new(backend: &str) -> Result<Builder, LoadError> {
+        let gpu = match backend {
+            "cpu" => None,
+            "webgpu" => Some(Gpu {
+                adapter: pick_adapter(true).await.map_err(LoadError::NoWebGpu)?,
+                required: true,
+            }),
+            "auto" => pick_adapter(true).await.ok().map(|adapter| Gpu {
+                adapter,
+                required: false,
+            }),
+            other => {
+                return Err(LoadError::Options(format!(
+                    "backend must be \"auto\", \"webgpu\" or \"cpu\", not {other:?}"
+                )));
+            }
+        };
+        Ok(Builder {
+            feed: Some(Feed::Header {
+                prefix: Vec::new(),
+                need: 0,
+                gpu,
+            }),
+            loaded: 0,
+        })
+    }
+
+    /// Whether the whole file will be kept (the CPU backend).
+    pub fn keeps_file(&self) -> bool {
+        matches!(
+            self.feed,
+            Some(Feed::Cpu { .. }) | Some(Feed::Header { gpu: None, .. })
+        )
+    }
+
+    /// Progress so far.
+    pub fn progress(&self) -> Progress {
+        let (tensors, tensors_total) = match &self.feed {
+            Some(Feed::Gpu { loader, .. }) => (loader.tensors_uploaded(), loader.tensors_needed()),
+            _ => (0, 0),
+        };
+        Progress {
+            loaded: self.loaded,
+            tensors,
+            tensors_total,
+        }
+    }
+
+    /// Feeds the next bytes of the file.
+    pub async fn push(&mut self, chunk: &[u8]) -> Result<(), LoadError> {
+        self.loaded += chunk.len() as u64;
+        let feed = self.feed.take().ok_or(LoadError::Failed)?;
+        self.feed = Some(match feed {
+            Feed::Header {
+                mut prefix,
+                need,
+                gpu,
+            } => {
+                prefix.extend_from_slice(chunk);
+                if (prefix.len() as u64) < need {
+                    Feed::Header { prefix, need, gpu }
+                } else {
+                    match GgufHeader::parse(&prefix)? {
+                        HeaderParse::NeedMore { min_len } => Feed::Header {
+                            prefix,
+                            need: min_len,
+                            gpu,
+                        },
+                        HeaderParse::Complete(header) => Self::start(*header, prefix, gpu).await?,
+                    }
+                }
+            }
+            Feed::Gpu {
+                model,
+                mut stream,
+                mut loader,
+            } => {
+                stream.push_pieces(chunk, |t, b, last| {
+                    loader.add_piece(t, b, last).map_err(LoadError::Gpu)
+                })?;
+                Feed::Gpu {
+                    model,
+                    stream,
+                    loader,
+                }
+            }
+            Feed::Cpu { mut bytes } => {
+                bytes.extend_from_slice(chunk);
+                Feed::Cpu { bytes }
+            }
+        });
+        Ok(())
+    }
+
+    /// The header is whole: opens the GPU and uploads what the prefix holds, or goes
+    /// on collecting the file for the CPU.
+    async fn start(
+        header: GgufHeader,
+        prefix: Vec<u8>,
+        gpu: Option<Gpu>,
+    ) -> Result<Feed, LoadError> {
+        let Some(gpu) = gpu else {
+            return cpu_feed(&header, prefix);
+        };
+        let model = Box::new(Model::from_header(&header)?);
+        let mut loader = match GpuLoader::new(&header, gpu.adapter).await {
+            Ok(l) => Box::new(l),
+            Err(e) if gpu.required => return Err(LoadError::Gpu(e)),
+            // `auto`: a model this GPU cannot take runs on the CPU.
+            Err(_) => return cpu_feed(&header, prefix),
+        };
+        let mut stream = TensorStream::new(&header)?;
+        stream.push_pieces(&prefix, |t, b, last| {
+            loader.add_piece(t, b, last).map_err(LoadError::Gpu)
+        })?;
+        Ok(Feed::Gpu {
+            model,
+            stream,
+            loader,
+        })
+    }
+
+    /// The file has ended: the model and its backend.
+    pub async fn finish(self) -> Result<(Arc<Model>, Device), LoadError> {
+        match self.feed.ok_or(LoadError::Failed)? {
+            Feed::Header { .. } => Err(LoadError::Truncated(self.loaded)),
+            Feed::Gpu {
+                model,
+                stream,
+                loader,
+            } => {
+                stream.finish()?;
+                let gpu = loader.finish().await.map_err(LoadError::Gpu)?;
+                Ok((Arc::new(*model), Device::gpu(gpu)))
+            }
+            Feed::Cpu { bytes } => Ok(cpu(bytes)?),
+        }
+    }
+}
+
+/// The most a file may take in wasm memory for the CPU backend: wasm32 addresses
+/// 4 GiB, and the engine needs room beside the weights.
+const CPU_MAX_FILE: u64 = 3 << 30;
+
+/// Collecting the file for the CPU, in one allocation of its size (growing by
+/// doubling could ask for twice as much), refused at once if it cannot fit.
+fn cpu_feed(header: &GgufHeader, mut prefix: Vec<u8>) -> Result<Feed, LoadError> {
+    let mut len = header.data_offset;
+    for t in &header.tensors {
+        len = len.max(header.tensor_range(t)?.end);
+    }
+    if len > CPU_MAX_FILE {
+        return Err(LoadError::TooLarge {
+            bytes: len,
+            limit: CPU_MAX_FILE,
+        });
+    }
+    prefix.reserve_exact((len as usize).saturating_sub(prefix.len()));
+    Ok(Feed::Cpu { bytes: prefix })
+}
+
+/// The CPU backend over a whole file.
+pub fn cpu(bytes: Vec<u8>) -> Result<(Arc<Model>, Device), LoadError> {
+    let file = Arc::new(GgufFile::from_vec(bytes)?);
+    let model = Arc::new(Model::from_gguf(file)?);
+    Ok((Arc::clone(&model), Device::cpu(model)))
+}

@@ -63,6 +63,7 @@ $("load").addEventListener("click", async () => {
   const file = $("model-file").files[0];
   local?.terminate();
   local = null;
+  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes"]) delete status.dataset[k];
   status.textContent = "starting…";
   bar.value = 0;
   try {
@@ -87,7 +88,8 @@ $("load").addEventListener("click", async () => {
     status.dataset.loadMs = String(Math.round(i.loadMs));
     status.dataset.wasmMemory = String(i.wasmMemory);
     status.dataset.bytes = String(i.bytes);
-    status.textContent = `loaded ${mb(i.bytes)} ${i.fromCache ? "from the cache" : "from the network"} in ` +
+    const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
+    status.textContent = `loaded ${mb(i.bytes)} ${source} in ` +
       `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
       ` · engine memory ${mb(i.wasmMemory)}`;
     refreshJobs();

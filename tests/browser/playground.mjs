@@ -9,13 +9,14 @@
 //  2. "Remote ACS": the same request to the server with a key gets the same shapes.
 // Saves a screenshot and prints one JSON line with what it saw and measured.
 //
-// usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png
+//  3. A model file picked from disk loads too (it never goes through the cache).
+// usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png MODEL.gguf
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
 const openaiDir = fileURLToPath(new URL("./node_modules/openai/", import.meta.url));
 
-const [base, key, shot] = process.argv.slice(2);
+const [base, key, shot, modelFile] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
@@ -99,10 +100,14 @@ try {
   await page.click("#check");
   await page.waitForFunction(() => /layers/.test(document.querySelector("#endpoint-status").textContent));
   out.remote = await sample(page);
+  // A file the user picks.
+  await page.setInputFiles("#model-file", modelFile);
+  out.picked = await load(page);
   const o = out.openai;
   // On WebGPU the weights stream to the device: the file is never whole in wasm memory.
   const lean = (l) => !/webgpu/.test(l.text) || l.wasmMemory < l.bytes / 2;
-  out.ok = lean(out.first) && lean(out.reloaded) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
+  out.ok = lean(out.first) && lean(out.reloaded) && lean(out.picked) &&
+    /from .*\.gguf/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
     o.streamed.length > 0 && o.notFound === 404 &&
     !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
     fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);

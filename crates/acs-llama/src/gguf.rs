@@ -949,11 +949,6 @@ impl TensorStream {
             let lo = (start.max(cpos) - cpos) as usize;
             let hi = (end.min(cend) - cpos) as usize;
             if end > cend {
-                if self.buf.is_empty() {
-                    // One allocation of the tensor's size: growing by doubling could
-                    // hold twice as much at its peak.
-                    self.buf.reserve_exact(len as usize);
-                }
                 self.buf.extend_from_slice(&chunk[lo..hi]);
                 break;
             }

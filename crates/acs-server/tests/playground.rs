@@ -21,7 +21,8 @@ fn the_playground_samples_two_prompts_in_chromium() {
     );
     let data = temp_dir("playground");
     let key = make_key(&data, 100_000, 4);
-    let server = Server::start(&data, &default_model(), &[]);
+    let model = default_model();
+    let server = Server::start(&data, &model, &[]);
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
     let shot = data.join("playground.png");
     let out = Command::new("node")
@@ -30,6 +31,7 @@ fn the_playground_samples_two_prompts_in_chromium() {
         .arg(&server.base)
         .arg(&key)
         .arg(&shot)
+        .arg(&model)
         .output()
         .expect("node runs (tests/browser needs `npm ci`)");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -53,6 +55,7 @@ fn the_playground_samples_two_prompts_in_chromium() {
         result["browser"]["usage"]
     );
     println!("openai JS SDK in the page: {}", result["openai"]);
+    println!("a picked file: {}", result["picked"]["text"]);
     println!(
         "remote: {} | {}",
         result["remote"]["status"], result["remote"]["usage"]

@@ -1,8 +1,9 @@
 //! ACS in the browser: the whole contract on the visitor's GPU, nothing to install.
 //!
-//! [`Acs`] is the JS API (`Acs.load(bytes, options)`, then `completions`, `createJob`,
-//! `job`, `cancelJob`, `jobResult`, `jobs`, `models`, `budget`), taking and returning
-//! the contract's JSON as JS objects. The page runs it in a dedicated Web Worker
+//! [`Acs`] is the JS API: `Acs.load(bytes, options)` or `Acs.loadStream(stream,
+//! options, onProgress)`, then `completions`, `createJob`, `job`, `cancelJob`,
+//! `jobResult`, `jobs`, `models`, `budget`, taking and returning the contract's JSON as
+//! JS objects. The page runs it in a dedicated Web Worker
 //! (`web/acs-worker.js`), which owns the GPU device; `web/acs-client.js` talks to the
 //! worker and offers a `fetch` that the openai JS SDK can use in-page.
 //!

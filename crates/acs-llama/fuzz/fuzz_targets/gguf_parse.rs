@@ -50,6 +50,24 @@ fuzz_target!(|data: &[u8]| {
             }
             assert_eq!(stream.finish().is_ok(), in_file);
             assert!(!in_file || seen == h.tensors.len());
+            // The same file piece by piece (the browser's GPU upload): the pieces of
+            // each tensor add up to its size.
+            let mut stream = TensorStream::new(&h).expect("ranges were checked by parse");
+            let (mut done, mut got) = (0usize, 0u64);
+            for chunk in data.chunks(47) {
+                stream
+                    .push_pieces(chunk, |t, b, last| {
+                        got += b.len() as u64;
+                        if last {
+                            assert_eq!(got, t.n_bytes);
+                            (got, done) = (0, done + 1);
+                        }
+                        Ok::<(), GgufError>(())
+                    })
+                    .expect("callback never fails");
+            }
+            assert_eq!(stream.finish().is_ok(), in_file);
+            assert!(!in_file || done == h.tensors.len());
         }
         Ok(HeaderParse::NeedMore { min_len }) => assert!(min_len > data.len() as u64),
         Err(_) => {}

@@ -1,0 +1,41 @@
+// Measures the in-browser engine in headless Chromium: model load time (network and
+// cache) and decode tokens/s on each backend, through the playground page that
+// `acs serve` serves. Prints one JSON line per backend.
+//
+// usage: node bench.mjs BASE_URL [max_tokens]
+//   (acs serve must be running; no key needed: everything runs in the page)
+import { chromium } from "playwright-core";
+
+const [base, maxTokens = "16"] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
+});
+try {
+  const page = await browser.newPage();
+  await page.goto(`${base}/`);
+  for (const backend of ["webgpu", "cpu"]) {
+    await page.check("#mode-browser");
+    await page.selectOption("#backend", backend);
+    await page.click("#load");
+    await page.waitForFunction(() => document.querySelector("#load-status").dataset.loadMs ||
+      /cannot/.test(document.querySelector("#load-status").textContent), null, { timeout: 300_000 });
+    const load = await page.$eval("#load-status", (s) => ({ text: s.textContent, ms: Number(s.dataset.loadMs) }));
+    const runs = await page.evaluate(async (max) => {
+      const out = [];
+      for (const n of [1, 4]) {
+        const t0 = performance.now();
+        const c = await window.acs.completions({ model: "llama-8b", prompt: "The sky is", n, max_tokens: max,
+                                                 temperature: 1, seed: 1 });
+        const s = (performance.now() - t0) / 1000;
+        out.push({ n, completion_tokens: c.usage.completion_tokens, seconds: Number(s.toFixed(2)),
+                   tokens_per_s: Number((c.usage.completion_tokens / s).toFixed(2)) });
+      }
+      return out;
+    }, Number(maxTokens));
+    console.log(JSON.stringify({ backend, load, runs }));
+  }
+} finally {
+  await browser.close();
+}

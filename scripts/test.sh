@@ -54,9 +54,9 @@ scripts/build-web.sh
 step "cargo test (WebGPU tests on lavapipe included)"
 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test --workspace
 
-step "WebGPU backend in headless Chromium (wasm-pack test; SwiftShader WebGPU)"
+step "WebGPU backend and the wasm CPU kernels in headless Chromium (wasm-pack test)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-llama \
-  --features webgpu --test webgpu_browser -- --nocapture
+  --features webgpu --test webgpu_browser --test wasm_cpu -- --nocapture
 
 step "the browser package in headless Chromium (wasm-pack test crates/acs-web)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-web -- --nocapture

@@ -26,7 +26,7 @@ export class AcsBrowser {
   /**
    * Starts the worker and loads a model: `url` (fetched with progress, then kept in
    * the Cache API) or `file` (a File the user picked). `backend`: "auto" (WebGPU
-   * when the browser has it, else the CPU), "webgpu" or "cpu". `budget`: {tokens,
+   * on a hardware GPU, else the CPU), "webgpu" (software adapters too) or "cpu". `budget`: {tokens,
    * maxRunning} to hold and charge requests as a server does. Resolves once loaded,
    * with `info` = {backend, models, loadMs, fromCache, bytes}.
    */

@@ -9,7 +9,8 @@
 //  2. "Remote ACS": the same request to the server with a key gets the same shapes.
 // Saves a screenshot and prints one JSON line with what it saw and measured.
 //
-//  3. A model file picked from disk loads too (it never goes through the cache).
+//  3. A model file picked from disk loads too (it never goes through the cache), with
+//     backend "auto": SwiftShader is a software adapter, so the wasm CPU backend.
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png MODEL.gguf
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -25,8 +26,9 @@ const browser = await chromium.launch({
 const LOAD_TIMEOUT = 300_000;
 const RUN_TIMEOUT = 600_000;
 
-async function load(page) {
+async function load(page, backend) {
   await page.check("#mode-browser");
+  await page.selectOption("#backend", backend);
   await page.click("#load");
   await page.waitForFunction(() => {
     const s = document.querySelector("#load-status");
@@ -56,7 +58,7 @@ try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 1300 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
-  out.first = await load(page);
+  out.first = await load(page, "webgpu");
   out.browser = await sample(page);
   // The openai JS SDK in the page, unchanged but for its `fetch` option.
   await page.route("**/vendor/openai/**", (route) => route.fulfill({
@@ -80,7 +82,7 @@ try {
   await page.waitForFunction(() => /job .* (queued|running|succeeded)/.test(document.querySelector("#run-status").textContent));
   const jobId = (await page.textContent("#run-status")).split(" ")[1];
   await page.reload();
-  out.reloaded = await load(page);
+  out.reloaded = await load(page, "webgpu");
   await page.waitForFunction((id) => [...document.querySelectorAll("#jobs tbody tr")]
     .some((tr) => tr.firstChild.textContent === id && tr.dataset.status === "succeeded"), jobId, { timeout: RUN_TIMEOUT });
   out.job = { id: jobId, status: "succeeded" };
@@ -102,12 +104,12 @@ try {
   out.remote = await sample(page);
   // A file the user picks.
   await page.setInputFiles("#model-file", modelFile);
-  out.picked = await load(page);
+  out.picked = await load(page, "auto");
   const o = out.openai;
   // On WebGPU the weights stream to the device: the file is never whole in wasm memory.
   const lean = (l) => !/webgpu/.test(l.text) || l.wasmMemory < l.bytes / 2;
   out.ok = lean(out.first) && lean(out.reloaded) && lean(out.picked) &&
-    /from .*\.gguf/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
+    /from .*\.gguf.* · cpu ·/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
     o.streamed.length > 0 && o.notFound === 404 &&
     !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
     fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);

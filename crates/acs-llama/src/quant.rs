@@ -579,7 +579,13 @@ fn dot_q8_dispatch(isa: Isa, ty: GgmlType, row: &[u8], qx: &QuantizedActivations
             GgmlType::Q6_K => x86::dot_q6_k(t, row, qx.vector(v)),
             _ => scalar::dot(ty, row, qx.vector(v)),
         },
-        Isa::Scalar => scalar::dot(ty, row, qx.vector(v)),
+        Isa::Scalar => {
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            if let Some(d) = wasm::dot(ty, row, qx.vector(v)) {
+                return d;
+            }
+            scalar::dot(ty, row, qx.vector(v))
+        }
     }
 }
 
@@ -1170,6 +1176,102 @@ mod scalar {
     #[inline(always)]
     fn nibbles(q: &[u8]) -> [u8; QK] {
         std::array::from_fn(|i| if i < 16 { q[i] & 0xF } else { q[i - 16] >> 4 })
+    }
+}
+
+/// WebAssembly SIMD128 kernels, the browser's CPU backend: the 8- and 4-bit formats'
+/// dot products with 8-bit activations, 16 lanes at a time (widened to 16 bits and
+/// multiplied pairwise into 32-bit sums). Compiled in when the build enables
+/// `simd128`, as `.cargo/config.toml` does for every wasm32 build; wasm has no runtime
+/// feature detection, and every browser ACS targets runs SIMD128.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    use super::*;
+
+    /// `b[at..at + 16]` as a vector.
+    #[inline(always)]
+    fn load(b: &[u8], at: usize) -> v128 {
+        let s: &[u8; 16] = b[at..at + 16].try_into().expect("16 bytes");
+        // SAFETY: `s` is 16 readable bytes, and `v128_load` needs no alignment.
+        unsafe { v128_load(s.as_ptr().cast()) }
+    }
+
+    /// Half `h` (0 or 1) of a block's 32 activation values.
+    #[inline(always)]
+    fn load_x(x: &BlockQ8, h: usize) -> v128 {
+        let s: &[i8; 16] = x.qs[16 * h..16 * h + 16].try_into().expect("16 values");
+        // SAFETY: as in `load`.
+        unsafe { v128_load(s.as_ptr().cast()) }
+    }
+
+    /// Four partial sums of `a[i] * b[i]` over 16 signed bytes.
+    #[inline(always)]
+    fn dot16(a: v128, b: v128) -> v128 {
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b)),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b)),
+        )
+    }
+
+    /// `acc + isum * scale`, lane-wise.
+    #[inline(always)]
+    fn add_scaled(acc: v128, isum: v128, scale: f32) -> v128 {
+        f32x4_add(
+            acc,
+            f32x4_mul(f32x4_convert_i32x4(isum), f32x4_splat(scale)),
+        )
+    }
+
+    /// One weight row of `ty` against `x`, for Q8_0, Q4_0 and Q4_1; `None` for the
+    /// other formats (the portable code serves them).
+    pub(super) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
+        let mut acc = f32x4_splat(0.0);
+        // The per-block terms outside the integer dot (a Q4 block's offset or min).
+        let mut extra = 0f32;
+        let low = u8x16_splat(0x0F);
+        match ty {
+            GgmlType::Q8_0 => {
+                for (b, xb) in row.chunks_exact(34).zip(x) {
+                    let i = i32x4_add(
+                        dot16(load(b, 2), load_x(xb, 0)),
+                        dot16(load(b, 18), load_x(xb, 1)),
+                    );
+                    acc = add_scaled(acc, i, le_f16(b, 0) * xb.d);
+                }
+            }
+            GgmlType::Q4_0 | GgmlType::Q4_1 => {
+                // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
+                let (bb, q0) = if ty == GgmlType::Q4_0 {
+                    (18, 2)
+                } else {
+                    (20, 4)
+                };
+                for (b, xb) in row.chunks_exact(bb).zip(x) {
+                    let q = load(b, q0);
+                    // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
+                    // high ones 16..32.
+                    let i = i32x4_add(
+                        dot16(v128_and(q, low), load_x(xb, 0)),
+                        dot16(u8x16_shr(q, 4), load_x(xb, 1)),
+                    );
+                    let d = le_f16(b, 0);
+                    acc = add_scaled(acc, i, d * xb.d);
+                    extra += if ty == GgmlType::Q4_0 {
+                        -8.0 * d * xb.s
+                    } else {
+                        le_f16(b, 2) * xb.s
+                    };
+                }
+            }
+            _ => return None,
+        }
+        let lanes = f32x4_extract_lane::<0>(acc)
+            + f32x4_extract_lane::<1>(acc)
+            + f32x4_extract_lane::<2>(acc)
+            + f32x4_extract_lane::<3>(acc);
+        Some(lanes + extra)
     }
 }
 

@@ -83,7 +83,8 @@ pub enum LoadError {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 struct LoadOptions {
-    /// `"auto"` (WebGPU if the browser has it, else the CPU), `"webgpu"` or `"cpu"`.
+    /// `"auto"` (WebGPU on a hardware GPU, else the CPU), `"webgpu"` (any adapter,
+    /// software ones included) or `"cpu"`.
     backend: Option<String>,
     /// The model's id in requests (default `"local"`; `"llama-8b"` always works too).
     model_id: Option<String>,

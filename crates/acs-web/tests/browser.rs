@@ -373,3 +373,10 @@ async fn a_streamed_file_on_the_cpu_and_broken_streams() {
         .unwrap_err();
     assert!(message(e).contains("ReadableStream"));
 }
+
+#[wasm_bindgen_test]
+async fn auto_skips_a_software_adapter_for_the_cpu() {
+    // Headless Chromium's only adapter is SwiftShader, a software one.
+    let acs = load("auto").await;
+    assert_eq!(acs.backend(), "cpu");
+}

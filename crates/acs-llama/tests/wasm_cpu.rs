@@ -1,0 +1,43 @@
+//! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1 against 8-bit
+//! activations) against the portable f32 dot product, in headless Chromium.
+//!
+//! Run: `wasm-pack test --headless --chrome crates/acs-llama --test wasm_cpu`.
+#![cfg(target_arch = "wasm32")]
+
+use acs_llama::quant::{GgmlType, dot_row, dot_row_q8, quantize_activations, quantize_row};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// Deterministic values in [-1, 1).
+fn values(seed: u32, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+#[wasm_bindgen_test]
+fn simd_dots_agree_with_the_f32_dot() {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        for (seed, n) in [(1, 32), (2, 256), (3, 576), (4, 1536)] {
+            let w = values(seed, n);
+            let x = values(seed + 100, n);
+            let mut row = vec![0u8; ty.row_bytes(n).unwrap()];
+            quantize_row(ty, &w, &mut row).unwrap();
+            let exact = dot_row(ty, &row, &x).unwrap();
+            let fast = dot_row_q8(ty, &row, &quantize_activations(&x)).unwrap();
+            // Only the activations' rounding to 8 bits separates the two.
+            let scale: f32 = w.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            assert!(
+                (exact - fast).abs() <= 0.01 * scale,
+                "{ty:?} n={n}: {exact} vs {fast}"
+            );
+        }
+    }
+}

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use acs_core::request::Positions;
-use acs_core::response::{Activation, Logprobs};
-use acs_core::{ApiError, Choice, FinishReason, Usage};
+use acs_core::response::{Activation, Logprobs, TEXT_COMPLETION};
+use acs_core::{ApiError, Choice, Completion, FinishReason, Outcome, Usage};
 use acs_llama::model::{Logits, Model, SeqInput};
 use acs_llama::sample::{Rng, Sampled, Sampler, log_sum_exp, top_k_indices};
 use acs_llama::tokenizer::StreamDecoder;
@@ -47,6 +47,35 @@ pub struct Finished {
     pub activations: Vec<Activation>,
     /// Whether a cancel (or a gone client) ended it early.
     pub cancelled: bool,
+}
+
+impl Finished {
+    /// The Completion the request answers with.
+    pub fn into_completion(self, model: &str, id: String, created: i64) -> Completion {
+        Completion {
+            id,
+            object: TEXT_COMPLETION.into(),
+            created,
+            model: model.to_owned(),
+            choices: self.choices,
+            usage: self.usage,
+            activations: (!self.activations.is_empty()).then_some(self.activations),
+        }
+    }
+
+    /// How a job's run ended, and the tokens it is charged: a cancelled job keeps no
+    /// result but pays for what it generated.
+    pub fn into_outcome(self, model: &str, id: String, created: i64) -> (Outcome, u64) {
+        let used = self.usage.total_tokens;
+        if self.cancelled {
+            (Outcome::Cancelled, used)
+        } else {
+            (
+                Outcome::Succeeded(self.into_completion(model, id, created)),
+                used,
+            )
+        }
+    }
 }
 
 /// Where events of a request go. Returning `false` says the receiver is gone: the

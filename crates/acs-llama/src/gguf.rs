@@ -933,42 +933,31 @@ impl TensorStream {
         chunk: &[u8],
         mut on_tensor: impl FnMut(&TensorInfo, &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let cpos = self.pos;
-        let cend = cpos
-            .checked_add(chunk.len() as u64)
-            .ok_or_else(|| overflow("stream position"))?;
-        self.pos = cend;
-        while let Some((t, start)) = self.order.get(self.next) {
-            let (start, len) = (*start, t.n_bytes);
-            // Validated by the header parse: start + len does not overflow.
-            let end = start + len;
-            if start > cend || (start == cend && len > 0) {
-                break;
-            }
-            // The part of this chunk inside the tensor, as chunk indices.
-            let lo = (start.max(cpos) - cpos) as usize;
-            let hi = (end.min(cend) - cpos) as usize;
-            if end > cend {
-                self.buf.extend_from_slice(&chunk[lo..hi]);
-                break;
-            }
-            if self.buf.is_empty() && start >= cpos {
-                on_tensor(t, &chunk[lo..hi])?;
+        // The pieces of a tensor that spans chunks gather in `buf`; a tensor wholly
+        // inside this chunk (no earlier piece) is lent straight from it.
+        let mut buf = std::mem::take(&mut self.buf);
+        let fed = self.push_pieces(chunk, |t, piece, last| {
+            if !last {
+                buf.extend_from_slice(piece);
+                Ok(())
+            } else if buf.is_empty() {
+                on_tensor(t, piece)
             } else {
-                self.buf.extend_from_slice(&chunk[lo..hi]);
-                on_tensor(t, &self.buf)?;
-                self.buf = Vec::new();
+                buf.extend_from_slice(piece);
+                let done = on_tensor(t, &buf);
+                buf = Vec::new();
+                done
             }
-            self.next += 1;
-        }
-        Ok(())
+        });
+        self.buf = buf;
+        fed
     }
 
     /// Feeds the next chunk of the file like [`TensorStream::push`], but hands each
     /// tensor's bytes over as they pass (`on_piece(tensor, bytes, last)`, in file
     /// order, `last` on a tensor's final piece) instead of gathering a tensor first:
-    /// nothing is held, so a tensor of any size streams through. Use one of the two
-    /// methods on a stream, not both.
+    /// nothing is held, so a tensor of any size streams through. Feed a stream by one
+    /// of the two methods only.
     pub fn push_pieces<E: From<GgufError>>(
         &mut self,
         chunk: &[u8],

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use acs_core::ids::completion_id;
-use acs_core::response::TEXT_COMPLETION;
 use acs_core::{ApiError, Completion, CompletionRequest, Endpoint};
 use acs_engine::generation::model_info;
 use acs_engine::{Engine, Event, SchedulerConfig, prepare};
@@ -96,15 +95,7 @@ pub fn run_completion(
     for e in events {
         match e {
             Event::Done(f) => {
-                return Ok(Completion {
-                    id: completion_id(random()),
-                    object: TEXT_COMPLETION.into(),
-                    created: unix_now(),
-                    model: req.model.clone(),
-                    choices: f.choices,
-                    usage: f.usage,
-                    activations: (!f.activations.is_empty()).then_some(f.activations),
-                });
+                return Ok(f.into_completion(&req.model, completion_id(random()), unix_now()));
             }
             Event::Failed(e) => return Err(e),
             Event::Delta(_) => {}

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use acs_core::ids::{completion_id, request_id};
 use acs_core::request::hold_tokens;
 use acs_core::response::{CompletionChunk, TEXT_COMPLETION};
-use acs_core::{ApiError, Completion, CompletionRequest, Endpoint, Usage, ledger};
+use acs_core::{ApiError, CompletionRequest, Endpoint, Usage, ledger};
 use acs_engine::{Event, Finished, prepare};
 use axum::body::Body;
 use axum::extract::State;
@@ -135,18 +135,6 @@ pub fn admit_and_run(
     })
 }
 
-pub fn completion(f: Finished, model: &str, id: String, created: i64) -> Completion {
-    Completion {
-        id,
-        object: TEXT_COMPLETION.into(),
-        created,
-        model: model.to_owned(),
-        choices: f.choices,
-        usage: f.usage,
-        activations: (!f.activations.is_empty()).then_some(f.activations),
-    }
-}
-
 /// The handler.
 pub async fn create(
     State(state): State<AppState>,
@@ -184,8 +172,7 @@ pub async fn create(
             match out {
                 Out::Delta(_) => {}
                 Out::Done(f) => {
-                    result = Some(Ok(completion(
-                        f,
+                    result = Some(Ok(f.into_completion(
                         &model,
                         completion_id(random()),
                         unix_now(),
@@ -282,7 +269,7 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
                         t.push_str(&data_line(&chunk(Vec::new(), Some(f.usage))));
                     }
                     if edge && !chunks {
-                        let c = completion(f, &model, id, created);
+                        let c = f.into_completion(&model, id, created);
                         t.push_str(&event("result", &c));
                     }
                     t.push_str("data: [DONE]\n\n");

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::app::AppState;
 use crate::cli::{random, unix_now};
-use crate::completions::{completion, prepare_request};
+use crate::completions::prepare_request;
 
 /// How often queued jobs are looked at when nothing wakes the dispatcher.
 const POLL: Duration = Duration::from_millis(250);
@@ -129,18 +129,8 @@ fn spawn_run(state: AppState, job: Job, generation: Generation) {
                     match e {
                         Event::Delta(_) => {}
                         Event::Done(f) => {
-                            let used = f.usage.total_tokens;
-                            end = if f.cancelled {
-                                (Outcome::Cancelled, used)
-                            } else {
-                                let c = completion(
-                                    f,
-                                    &job.model,
-                                    acs_core::ids::completion_id(random()),
-                                    unix_now(),
-                                );
-                                (Outcome::Succeeded(c), used)
-                            };
+                            let id = acs_core::ids::completion_id(random());
+                            end = f.into_outcome(&job.model, id, unix_now());
                         }
                         Event::Failed(e) => end = (Outcome::Failed(e), 0),
                     }

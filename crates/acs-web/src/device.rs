@@ -66,6 +66,42 @@ pub enum DeviceError {
     Mixed,
 }
 
+impl DeviceCache {
+    fn cpu(&mut self) -> Option<&mut KvCache> {
+        match self {
+            DeviceCache::Cpu(c) => Some(c),
+            DeviceCache::Gpu(_) => None,
+        }
+    }
+
+    fn gpu(&mut self) -> Option<&mut GpuCache> {
+        match self {
+            DeviceCache::Gpu(c) => Some(c),
+            DeviceCache::Cpu(_) => None,
+        }
+    }
+}
+
+/// The batch over the caches of one backend, taken out of the device caches by
+/// `pick`; a cache of the other backend is an error.
+fn rebind<'a, C>(
+    batch: &'a mut [SeqInput<'_, DeviceCache>],
+    pick: impl Fn(&mut DeviceCache) -> Option<&mut C>,
+) -> Result<Vec<SeqInput<'a, C>>, DeviceError> {
+    batch
+        .iter_mut()
+        .map(|s| {
+            Ok(SeqInput {
+                cache: pick(&mut *s.cache).ok_or(DeviceError::Mixed)?,
+                tokens: s.tokens,
+                steering: s.steering,
+                capture: s.capture,
+                logits: s.logits,
+            })
+        })
+        .collect()
+}
+
 impl Backend for Device {
     type Cache = DeviceCache;
     type Error = DeviceError;
@@ -92,38 +128,10 @@ impl Backend for Device {
         // A GPU step awaits its read-back; another step must not start meanwhile.
         let _turn = self.gate.lock().await;
         match &self.kind {
-            Kind::Cpu(m) => {
-                let mut inner = Vec::with_capacity(batch.len());
-                for s in batch.iter_mut() {
-                    let DeviceCache::Cpu(cache) = &mut *s.cache else {
-                        return Err(DeviceError::Mixed);
-                    };
-                    inner.push(SeqInput {
-                        cache,
-                        tokens: s.tokens,
-                        steering: s.steering,
-                        capture: s.capture,
-                        logits: s.logits,
-                    });
-                }
-                Ok(m.forward(&mut inner)?)
-            }
-            Kind::Gpu(g) => {
-                let mut inner = Vec::with_capacity(batch.len());
-                for s in batch.iter_mut() {
-                    let DeviceCache::Gpu(cache) = &mut *s.cache else {
-                        return Err(DeviceError::Mixed);
-                    };
-                    inner.push(SeqInput {
-                        cache,
-                        tokens: s.tokens,
-                        steering: s.steering,
-                        capture: s.capture,
-                        logits: s.logits,
-                    });
-                }
-                Ok(g.forward_async(&mut inner).await?)
-            }
+            Kind::Cpu(m) => Ok(m.forward(&mut rebind(batch, DeviceCache::cpu)?)?),
+            Kind::Gpu(g) => Ok(g
+                .forward_async(&mut rebind(batch, DeviceCache::gpu)?)
+                .await?),
         }
     }
 

@@ -21,7 +21,7 @@ use acs_core::{
     JobId, JobObject, JobStatus, MemoryStore, ModelInfo, Outcome, Store, Timestamp, ledger,
 };
 use acs_engine::control::ControlVectors;
-use acs_engine::{Event, Finished, Generation, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
+use acs_engine::{Event, Generation, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
 use acs_llama::model::Model;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
@@ -278,7 +278,7 @@ impl Runtime {
                     if req.stream && req.stream_include_usage {
                         on_chunk(&chunk(Vec::new(), Some(f.usage)));
                     }
-                    end = Ok(completion(f, &req.model, id.clone(), created));
+                    end = Ok(f.into_completion(&req.model, id.clone(), created));
                 }
                 Event::Failed(e) => {
                     self.tx(|s| ledger::settle(s, &rid, 0).map(drop))?;
@@ -350,19 +350,6 @@ impl Runtime {
     pub fn job_result(&self, id: &str) -> Result<Completion, ApiError> {
         let id = jobs::parse_id(id)?;
         jobs::result(&*self.store.borrow(), KEY, id, now())
-    }
-}
-
-/// A finished request as a Completion.
-fn completion(f: Finished, model: &str, id: String, created: i64) -> Completion {
-    Completion {
-        id,
-        object: TEXT_COMPLETION.into(),
-        created,
-        model: model.to_owned(),
-        choices: f.choices,
-        usage: f.usage,
-        activations: (!f.activations.is_empty()).then_some(f.activations),
     }
 }
 
@@ -462,18 +449,8 @@ async fn run_job(rt: Rc<Runtime>, job: Job, generation: Generation) {
                 match e {
                     Event::Delta(_) => {}
                     Event::Done(f) => {
-                        let used = f.usage.total_tokens;
-                        end = if f.cancelled {
-                            (Outcome::Cancelled, used)
-                        } else {
-                            let c = completion(
-                                f,
-                                &job.model,
-                                completion_id(random()),
-                                now().unix_seconds(),
-                            );
-                            (Outcome::Succeeded(c), used)
-                        };
+                        let id = completion_id(random());
+                        end = f.into_outcome(&job.model, id, now().unix_seconds());
                     }
                     Event::Failed(e) => end = (Outcome::Failed(e), 0),
                 }

@@ -4,24 +4,16 @@
 //
 // usage: node bench.mjs BASE_URL [max_tokens]
 //   (acs serve must be running; no key needed: everything runs in the page)
-import { chromium } from "playwright-core";
+import { launch, loadModel } from "./page.mjs";
 
 const [base, maxTokens = "16"] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage();
   await page.goto(`${base}/`);
   for (const backend of ["webgpu", "cpu"]) {
-    await page.check("#mode-browser");
-    await page.selectOption("#backend", backend);
-    await page.click("#load");
-    await page.waitForFunction(() => document.querySelector("#load-status").dataset.loadMs ||
-      /cannot/.test(document.querySelector("#load-status").textContent), null, { timeout: 300_000 });
-    const load = await page.$eval("#load-status", (s) => ({ text: s.textContent, ms: Number(s.dataset.loadMs) }));
+    const { text, loadMs } = await loadModel(page, backend);
+    const load = { text, ms: loadMs };
     const runs = await page.evaluate(async (max) => {
       const out = [];
       for (const n of [1, 4]) {

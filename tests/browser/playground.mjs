@@ -1,44 +1,25 @@
 // Drives the playground served by `acs serve` in headless Chromium (SwiftShader's
 // WebGPU):
 //  1. "This browser": loads the served model (/model.gguf) into the page's Web Worker,
-//     samples the tutorial's two prompts with n=2, checks the four choices land in
-//     index order, submits a job and reloads at once; after the reload the model comes
-//     from the Cache API and the job (kept in IndexedDB) runs to `succeeded`;
-//     The openai JS SDK (npm `openai`), loaded into the page, runs against the
-//     engine through the package's `fetch`: 2 prompts × n=2, and a stream;
-//  2. "Remote ACS": the same request to the server with a key gets the same shapes.
+//     samples the tutorial's two prompts with n=2 and checks the four choices land in
+//     index order; the openai JS SDK (npm `openai`), loaded into the page, runs against
+//     the engine through the package's `fetch`; a job is submitted and the page
+//     reloaded at once: the model then comes from the Cache API and the job (kept in
+//     IndexedDB) runs to `succeeded`; its result and the activations picture are shown;
+//  2. "Remote ACS": the same request to the server with a key gets the same shapes;
+//  3. a model file picked from disk loads too (never through the cache), with backend
+//     "auto": SwiftShader is a software adapter, so the wasm CPU backend.
 // Saves a screenshot and prints one JSON line with what it saw and measured.
 //
-//  3. A model file picked from disk loads too (it never goes through the cache), with
-//     backend "auto": SwiftShader is a software adapter, so the wasm CPU backend.
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png MODEL.gguf
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+import { launch, loadModel } from "./page.mjs";
 
 const openaiDir = fileURLToPath(new URL("./node_modules/openai/", import.meta.url));
 
 const [base, key, shot, modelFile] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
-});
-const LOAD_TIMEOUT = 300_000;
+const browser = await launch();
 const RUN_TIMEOUT = 600_000;
-
-async function load(page, backend) {
-  await page.check("#mode-browser");
-  await page.selectOption("#backend", backend);
-  await page.click("#load");
-  await page.waitForFunction(() => {
-    const s = document.querySelector("#load-status");
-    return s.dataset.loadMs || /cannot/.test(s.textContent);
-  }, null, { timeout: LOAD_TIMEOUT });
-  return page.$eval("#load-status", (s) => ({
-    text: s.textContent, loadMs: Number(s.dataset.loadMs), fromCache: s.dataset.fromCache === "true",
-    bytes: Number(s.dataset.bytes), wasmMemory: Number(s.dataset.wasmMemory),
-  }));
-}
 
 async function sample(page) {
   await page.fill("#max_tokens", "12");
@@ -58,7 +39,7 @@ try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 1300 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
-  out.first = await load(page, "webgpu");
+  out.first = await loadModel(page, "webgpu");
   out.browser = await sample(page);
   // The openai JS SDK in the page, unchanged but for its `fetch` option.
   await page.route("**/vendor/openai/**", (route) => route.fulfill({
@@ -82,7 +63,7 @@ try {
   await page.waitForFunction(() => /job .* (queued|running|succeeded)/.test(document.querySelector("#run-status").textContent));
   const jobId = (await page.textContent("#run-status")).split(" ")[1];
   await page.reload();
-  out.reloaded = await load(page, "webgpu");
+  out.reloaded = await loadModel(page, "webgpu");
   await page.waitForFunction((id) => [...document.querySelectorAll("#jobs tbody tr")]
     .some((tr) => tr.firstChild.textContent === id && tr.dataset.status === "succeeded"), jobId, { timeout: RUN_TIMEOUT });
   out.job = { id: jobId, status: "succeeded" };
@@ -104,7 +85,7 @@ try {
   out.remote = await sample(page);
   // A file the user picks.
   await page.setInputFiles("#model-file", modelFile);
-  out.picked = await load(page, "auto");
+  out.picked = await loadModel(page, "auto");
   const o = out.openai;
   // On WebGPU the weights stream to the device: the file is never whole in wasm memory.
   const lean = (l) => !/webgpu/.test(l.text) || l.wasmMemory < l.bytes / 2;

@@ -289,13 +289,14 @@ pub fn tokenizer_spec(meta: &Metadata) -> Result<TokenizerSpec, GgufError> {
 }
 
 /// Inverse frequencies of RoPE, one per rotated pair.
-fn rope_inv_freq(c: &LlamaConfig) -> Vec<f32> {
+pub(crate) fn rope_inv_freq(c: &LlamaConfig) -> Vec<f32> {
     (0..c.rope_dims / 2)
         .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
         .collect()
 }
 
-fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
+/// Checks that tensor `info` is `rows × cols`.
+pub(crate) fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
     if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
         return Err(ModelError::TensorShape {
             name: info.name.clone(),

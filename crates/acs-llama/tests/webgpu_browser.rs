@@ -84,6 +84,15 @@ async fn matches_cpu(spec: TestModelSpec, prompt_len: usize, steps: usize) {
     );
 }
 
+/// The tiny model with its matrices and embedding in `ty`.
+fn tiny_of(ty: GgmlType) -> TestModelSpec {
+    TestModelSpec {
+        weight_type: ty,
+        embed_type: ty,
+        ..TestModelSpec::tiny()
+    }
+}
+
 #[wasm_bindgen_test]
 async fn q8_0_matches_cpu_in_the_browser() {
     matches_cpu(TestModelSpec::tiny(), 9, 8).await;
@@ -106,32 +115,17 @@ async fn q4_k_matches_cpu_in_the_browser() {
 
 #[wasm_bindgen_test]
 async fn q4_0_matches_cpu_in_the_browser() {
-    let spec = TestModelSpec {
-        weight_type: GgmlType::Q4_0,
-        embed_type: GgmlType::Q4_0,
-        ..TestModelSpec::tiny()
-    };
-    matches_cpu(spec, 9, 8).await;
+    matches_cpu(tiny_of(GgmlType::Q4_0), 9, 8).await;
 }
 
 #[wasm_bindgen_test]
 async fn f16_matches_cpu_in_the_browser() {
-    let spec = TestModelSpec {
-        weight_type: GgmlType::F16,
-        embed_type: GgmlType::F16,
-        ..TestModelSpec::tiny()
-    };
-    matches_cpu(spec, 9, 8).await;
+    matches_cpu(tiny_of(GgmlType::F16), 9, 8).await;
 }
 
 #[wasm_bindgen_test]
 async fn bf16_matches_cpu_in_the_browser() {
-    let spec = TestModelSpec {
-        weight_type: GgmlType::BF16,
-        embed_type: GgmlType::BF16,
-        ..TestModelSpec::tiny()
-    };
-    matches_cpu(spec, 9, 8).await;
+    matches_cpu(tiny_of(GgmlType::BF16), 9, 8).await;
 }
 
 #[wasm_bindgen_test]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use acs_core::jobs::{self, Start};
-use acs_core::request::{Endpoint, hold_tokens, parse_json_object};
+use acs_core::request::{Endpoint, hold_tokens};
 use acs_core::{ApiError, CompletionRequest, Job, JobId, JobStatus, Outcome, Store};
 use acs_engine::{Event, Generation};
 use tokio::sync::mpsc;
@@ -56,9 +56,7 @@ async fn dispatch_once(
     for job in queued {
         let generation = match prepared.remove(&job.id) {
             Some(g) => Ok(g),
-            None => match parse_json_object(job.body.as_bytes())
-                .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs))
-            {
+            None => match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
                 Ok(r) => prepare_request(state, r).await,
                 Err(e) => Err(e),
             },

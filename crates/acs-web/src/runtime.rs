@@ -297,9 +297,6 @@ impl Runtime {
         body: &serde_json::Value,
         idempotency_key: Option<&str>,
     ) -> Result<(JobObject, bool), ApiError> {
-        if let Some(k) = idempotency_key {
-            jobs::check_idempotency_key(k)?;
-        }
         let req = CompletionRequest::from_value(body, Endpoint::Jobs)?;
         let canonical = canonical_json(body);
         let digest = body_digest(&canonical);
@@ -399,9 +396,7 @@ async fn dispatch_once(rt: &Rc<Runtime>) {
         Err(_) => return,
     };
     for job in queued {
-        let generation = match acs_core::request::parse_json_object(job.body.as_bytes())
-            .and_then(|v| CompletionRequest::from_value(&v, Endpoint::Jobs))
-        {
+        let generation = match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
             Ok(r) => rt.prepare(&r).await,
             Err(e) => Err(e),
         };

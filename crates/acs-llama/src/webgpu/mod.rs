@@ -24,7 +24,7 @@ use wgpu::util::DeviceExt;
 pub use wgpu;
 
 use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
-use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput};
+use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput, check_dims};
 use crate::quant::{self, GgmlType};
 
 /// The weight formats with a WGSL kernel here (`dequant.wgsl`).
@@ -238,20 +238,6 @@ impl GpuCache {
 
 /// One sequence's part of a batch step: the CPU's input, over a device cache.
 pub type GpuSeqInput<'a> = SeqInput<'a, GpuCache>;
-
-/// Checks that tensor `info` is `rows × cols`.
-fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<(), GpuError> {
-    if info.row_len() != cols as u64 || info.n_rows() != rows as u64 {
-        return Err(ModelError::TensorShape {
-            name: info.name.clone(),
-            dims: info.dims.clone(),
-            cols,
-            rows,
-        }
-        .into());
-    }
-    Ok(())
-}
 
 /// Bytes `data` padded with zeros to whole words (storage buffers hold `u32`s).
 fn padded(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
@@ -552,9 +538,7 @@ impl GpuLoader {
         let out_norm = take(&mut self.vectors, "output_norm.weight")?;
         let pipes = Pipelines::new(&self.device, &self.formats, embed.ty);
         self.scopes.pop().await?;
-        let rope_inv_freq = (0..c.rope_dims / 2)
-            .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
-            .collect();
+        let rope_inv_freq = crate::model::rope_inv_freq(c);
         Ok(GpuModel {
             config: self.config,
             info: self.info,

@@ -1,0 +1,27 @@
+// What the browser scripts share: headless Chromium (Debian's, with SwiftShader's
+// WebGPU) and loading a model into the playground's in-browser engine.
+import { chromium } from "playwright-core";
+
+export function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
+  });
+}
+
+// Clicks "Load model" under "This browser" with `backend` and waits until the model is
+// loaded (or refused); returns what the status line says and records.
+export async function loadModel(page, backend, timeout = 300_000) {
+  await page.check("#mode-browser");
+  await page.selectOption("#backend", backend);
+  await page.click("#load");
+  await page.waitForFunction(() => {
+    const s = document.querySelector("#load-status");
+    return s.dataset.loadMs || /cannot/.test(s.textContent);
+  }, null, { timeout });
+  return page.$eval("#load-status", (s) => ({
+    text: s.textContent, loadMs: Number(s.dataset.loadMs), fromCache: s.dataset.fromCache === "true",
+    bytes: Number(s.dataset.bytes), wasmMemory: Number(s.dataset.wasmMemory),
+  }));
+}

@@ -1590,6 +1590,10 @@ mod x86 {
         }
     }
 
+    /// Rows per stretch of [`matmul_rows`]: 32 rows of 1536 Q4_0 columns are 27 KiB,
+    /// within a core's L1 data cache.
+    const STRETCH: usize = 32;
+
     /// Rows `rows` of a Q4_0, Q4_1 or Q8_0 matrix against every vector of `qx`, in
     /// tiles; `put(v, r, value)` takes each result. `false` (and nothing done) for
     /// other formats.
@@ -1606,32 +1610,38 @@ mod x86 {
             return false;
         }
         let nb = qx.nb;
-        for g in (0..qx.count).step_by(GROUP) {
-            let nv = (qx.count - g).min(GROUP);
-            let x = Xs {
-                blocks: &qx.blocks[g * nb..(g + nv) * nb],
-                sums: qx.group_sums(g),
-                lane: 0,
-                nb,
-            };
-            let w = Rows {
-                t,
-                ty,
-                weights,
-                rb,
-                g,
-            };
-            // Few vectors: several rows per tile, for independent accumulator chains
-            // and fewer passes over the activations.
-            match nv {
-                1 => w.run::<4, 1>(rows.clone(), x, put),
-                2 => w.run::<2, 2>(rows.clone(), x, put),
-                3 => w.run::<1, 3>(rows.clone(), x, put),
-                4 => w.run::<1, 4>(rows.clone(), x, put),
-                5 => w.run::<1, 5>(rows.clone(), x, put),
-                6 => w.run::<1, 6>(rows.clone(), x, put),
-                7 => w.run::<1, 7>(rows.clone(), x, put),
-                _ => w.run::<1, 8>(rows.clone(), x, put),
+        // Stretches of rows outside, groups of vectors inside: a stretch comes from
+        // memory once and stays in cache for the next group, so a batch of any size
+        // streams each weight once.
+        for r0 in rows.clone().step_by(STRETCH) {
+            let stretch = r0..(r0 + STRETCH).min(rows.end);
+            for g in (0..qx.count).step_by(GROUP) {
+                let nv = (qx.count - g).min(GROUP);
+                let x = Xs {
+                    blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                    sums: qx.group_sums(g),
+                    lane: 0,
+                    nb,
+                };
+                let w = Rows {
+                    t,
+                    ty,
+                    weights,
+                    rb,
+                    g,
+                };
+                // Few vectors: several rows per tile, for independent accumulator chains
+                // and fewer passes over the activations.
+                match nv {
+                    1 => w.run::<4, 1>(stretch.clone(), x, put),
+                    2 => w.run::<2, 2>(stretch.clone(), x, put),
+                    3 => w.run::<1, 3>(stretch.clone(), x, put),
+                    4 => w.run::<1, 4>(stretch.clone(), x, put),
+                    5 => w.run::<1, 5>(stretch.clone(), x, put),
+                    6 => w.run::<1, 6>(stretch.clone(), x, put),
+                    7 => w.run::<1, 7>(stretch.clone(), x, put),
+                    _ => w.run::<1, 8>(stretch.clone(), x, put),
+                }
             }
         }
         true
@@ -1790,18 +1800,20 @@ mod x86 {
         let nb = qx.nb;
         let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty);
         // Four vectors per tile keep the accumulators and the unpacked weights
-        // within the 16 AVX2 registers.
-        for g in (0..qx.count).step_by(4) {
-            let nv = (qx.count - g).min(4);
-            let x = Xs {
-                blocks: &qx.blocks[g * nb..(g + nv) * nb],
-                sums: &[],
-                lane: 0,
-                nb,
-            };
-            for r0 in rows.clone().step_by(PANEL) {
-                let p = r0 / PANEL;
-                let panel = &pm.data[p * panel_bytes..(p + 1) * panel_bytes];
+        // within the 16 AVX2 registers. Panels are the outer loop, so that a panel
+        // comes from memory once per call and from L1 for the next group of vectors:
+        // a batch's step streams each weight once, as a single sequence's does.
+        for r0 in rows.clone().step_by(PANEL) {
+            let p = r0 / PANEL;
+            let panel = &pm.data[p * panel_bytes..(p + 1) * panel_bytes];
+            for g in (0..qx.count).step_by(4) {
+                let nv = (qx.count - g).min(4);
+                let x = Xs {
+                    blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                    sums: &[],
+                    lane: 0,
+                    nb,
+                };
                 let mut emit = |o: &[[f32; 8]]| {
                     for (v, lanes) in o.iter().enumerate() {
                         put_lanes(g + v, r0, lanes);

@@ -169,23 +169,21 @@ impl Sampler {
         } else {
             (p.top_k as usize).min(logits.len())
         };
-        // Candidates: the k likeliest, best first, when top-k or top-p needs them;
-        // otherwise every token in id order, without a list.
-        let cand: Option<Vec<usize>> = (k < logits.len() || p.top_p < 1.0).then(|| {
-            let mut c = top_k_indices(logits, k);
-            c.truncate(k);
-            c
-        });
-        let id = |j: usize| cand.as_ref().map_or(j, |c| c[j]);
-        let mut n = cand.as_ref().map_or(logits.len(), Vec::len);
-        let max = (0..n)
-            .map(|j| logits[id(j)])
-            .fold(f32::NEG_INFINITY, f32::max);
+        if k == logits.len() {
+            // Every token in id order, without a candidate list.
+            exp_scaled(logits, max_of(logits), inv_t, weights);
+            if p.top_p < 1.0 {
+                keep_nucleus(weights, p.top_p);
+            }
+            return pick(weights, rng.next_f32()) as u32;
+        }
+        // The top k, best first, cut to the shortest prefix holding top_p of their mass.
+        let cand = top_k_indices(logits, k);
+        let max = logits[cand[0]];
         weights.clear();
-        weights.extend((0..n).map(|j| ((logits[id(j)] - max) * inv_t).exp()));
+        weights.extend(cand.iter().map(|&i| exp_nonpos((logits[i] - max) * inv_t)));
+        let mut n = cand.len();
         if p.top_p < 1.0 {
-            // The candidates are sorted best first here; keep the shortest prefix
-            // reaching top_p.
             let total: f32 = weights.iter().sum();
             let mut acc = 0.0;
             for (j, w) in weights.iter().enumerate() {
@@ -196,17 +194,157 @@ impl Sampler {
                 }
             }
         }
-        let total: f32 = weights[..n].iter().sum();
-        let mut u = rng.next_f32() * total;
-        for (j, &w) in weights[..n].iter().enumerate() {
-            if u < w {
-                return id(j) as u32;
-            }
-            u -= w;
-        }
-        // Rounding left a sliver: the last candidate takes it.
-        id(n - 1) as u32
+        cand[pick(&weights[..n], rng.next_f32())] as u32
     }
+}
+
+/// Zeroes every weight outside the nucleus: the shortest set of the largest weights
+/// holding `top_p` of their sum (ties at its edge go to the lower id), found without
+/// sorting the vocabulary. Weights are at most 1 and never negative, so their bits
+/// order as their values do: a histogram of the mass over the top bits finds the bucket
+/// where the nucleus ends, and only that bucket's weights are sorted.
+fn keep_nucleus(weights: &mut [f32], top_p: f32) {
+    const SHIFT: u32 = 20; // exponent and 3 mantissa bits: 1/8-octave buckets
+    let bucket = |w: f32| (w.to_bits() >> SHIFT) as usize;
+    let mut mass = vec![0.0f64; bucket(1.0) + 1];
+    for &w in weights.iter() {
+        mass[bucket(w)] += f64::from(w);
+    }
+    let target = f64::from(top_p) * mass.iter().sum::<f64>();
+    let mut above = 0.0;
+    let Some(edge) = (0..mass.len()).rev().find(|&b| {
+        above += mass[b];
+        above >= target
+    }) else {
+        return; // rounding kept the whole set short of top_p: keep everything
+    };
+    above -= mass[edge];
+    // The edge bucket, largest first and lower id first among equals.
+    let mut at_edge: Vec<usize> = (0..weights.len())
+        .filter(|&i| bucket(weights[i]) == edge)
+        .collect();
+    at_edge.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+    let mut kept = at_edge.len();
+    for (j, &i) in at_edge.iter().enumerate() {
+        above += f64::from(weights[i]);
+        if above >= target {
+            kept = j + 1;
+            break;
+        }
+    }
+    for &i in &at_edge[kept..] {
+        weights[i] = 0.0;
+    }
+    for w in weights.iter_mut() {
+        if bucket(*w) < edge {
+            *w = 0.0;
+        }
+    }
+}
+
+/// Vector lanes for the sampler's loops over the vocabulary: independent partial
+/// results in plain arrays, which the compiler turns into SIMD (SSE, SIMD128).
+const LANES: usize = 8;
+
+/// The largest value, ignoring NaN; negative infinity for none.
+fn max_of(v: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in m.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    m.iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+}
+
+/// The sum, in lanes.
+fn sum_of(v: &[f32]) -> f32 {
+    let mut s = [0.0f32; LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (s, &x) in s.iter_mut().zip(c) {
+            *s += x;
+        }
+    }
+    s.iter().chain(rest).sum()
+}
+
+/// `out[i] = e^((v[i] - max) * inv_t)`: the unnormalised probabilities.
+fn exp_scaled(v: &[f32], max: f32, inv_t: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(v.iter().map(|&x| exp_nonpos((x - max) * inv_t)));
+}
+
+/// `e^x` for the `x ≤ 0` of a softmax, within 2 ulp of libm's `expf`, as straight-line
+/// arithmetic that vectorises (libm's call per token was the sampler's main cost).
+/// Values below -87 (where `e^x` leaves the normal floats), -inf and NaN give 0.
+#[inline(always)]
+fn exp_nonpos(x: f32) -> f32 {
+    // x = n ln 2 + r with |r| ≤ ln 2 / 2; e^x = 2^n e^r. Adding 1.5 * 2^23 rounds
+    // x log2(e) to the integer n in the low mantissa bits; ln 2 is split in two so
+    // that n ln 2 is subtracted without rounding error (Cody and Waite).
+    const SHIFT: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let in_range = x > -87.0;
+    let xc = if in_range { x } else { -87.0 };
+    let t = xc * std::f32::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    // e^r by its Taylor series to r^7: the error term is under 1e-8 on |r| ≤ 0.35.
+    let mut p = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    let two_n = f32::from_bits(((t.to_bits() as i32 - SHIFT.to_bits() as i32 + 127) << 23) as u32);
+    if in_range { p * two_n } else { 0.0 }
+}
+
+/// Draws an index with probability proportional to its weight, for `r` uniform in
+/// [0, 1). Blocks' sums come first (they vectorise) so that the serial walk is over
+/// blocks and then within one block, not over a vocabulary of dependent subtractions.
+fn pick(weights: &[f32], r: f32) -> usize {
+    const BLOCK: usize = 64;
+    let sums: Vec<f32> = weights.chunks(BLOCK).map(sum_of).collect();
+    let mut u = r * sums.iter().sum::<f32>();
+    for (b, &s) in sums.iter().enumerate() {
+        if u < s {
+            let block = &weights[b * BLOCK..(b * BLOCK + BLOCK).min(weights.len())];
+            for (j, &w) in block.iter().enumerate() {
+                if u < w {
+                    return b * BLOCK + j;
+                }
+                u -= w;
+            }
+            // Rounding: the block's sum and its walk differ in the last bit.
+            return b * BLOCK + last_positive(block);
+        }
+        u -= s;
+    }
+    // Rounding left a sliver: the last candidate takes it.
+    last_positive(weights)
+}
+
+/// The last index of a positive weight: where rounding's sliver goes, never to a token
+/// of weight 0 (a banned one).
+fn last_positive(weights: &[f32]) -> usize {
+    weights
+        .iter()
+        .rposition(|&w| w > 0.0)
+        .unwrap_or(weights.len().saturating_sub(1))
 }
 
 /// The index of the largest value; the lowest index among ties.
@@ -227,7 +365,19 @@ pub fn top_k_indices(v: &[f32], k: usize) -> Vec<usize> {
         return Vec::new();
     }
     let by_value = |a: &usize, b: &usize| v[*b].total_cmp(&v[*a]).then(a.cmp(b));
-    let mut idx: Vec<usize> = (0..v.len()).collect();
+    let mut idx: Vec<usize> = if k <= v.len() / 8 {
+        // Cut the vocabulary into at least k blocks: their maxima are that many
+        // distinct values, so the k-th largest value is at least the least maximum,
+        // and only values reaching it can rank in the top k. One vectorised pass
+        // leaves a few hundred candidates for the selection instead of every id.
+        let floor = v
+            .chunks(v.len() / k)
+            .map(max_of)
+            .fold(f32::INFINITY, f32::min);
+        (0..v.len()).filter(|&i| v[i] >= floor).collect()
+    } else {
+        (0..v.len()).collect()
+    };
     if k < idx.len() {
         idx.select_nth_unstable_by(k - 1, by_value);
         idx.truncate(k);
@@ -238,8 +388,10 @@ pub fn top_k_indices(v: &[f32], k: usize) -> Vec<usize> {
 
 /// `log Σ exp(v)`, computed stably.
 pub fn log_sum_exp(v: &[f32]) -> f32 {
-    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    max + v.iter().map(|x| (x - max).exp()).sum::<f32>().ln()
+    let max = max_of(v);
+    let mut terms = Vec::with_capacity(v.len());
+    exp_scaled(v, max, 1.0, &mut terms);
+    max + sum_of(&terms).ln()
 }
 
 #[cfg(test)]
@@ -352,5 +504,113 @@ mod tests {
     fn top_k_indices_sorts_and_breaks_ties_by_index() {
         assert_eq!(top_k_indices(&[1.0, 3.0, 3.0, 2.0], 3), vec![1, 2, 3]);
         assert_eq!(top_k_indices(&[1.0], 5), vec![0]);
+    }
+
+    #[test]
+    fn exp_nonpos_is_within_two_ulp_of_libm() {
+        let mut x = 0.0f32;
+        while x > -87.0 {
+            let (got, want) = (exp_nonpos(x), x.exp());
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulps <= 2, "e^{x}: {got} vs {want} ({ulps} ulp)");
+            x -= 0.000_731;
+        }
+        for x in [-87.5, -1e30, f32::NEG_INFINITY, f32::NAN] {
+            assert_eq!(exp_nonpos(x), 0.0, "e^{x}");
+        }
+    }
+
+    #[test]
+    fn top_k_indices_matches_a_full_sort() {
+        let mut rng = Rng::new(5);
+        for len in [1, 7, 64, 1000, 4099] {
+            // Few distinct values, so that ties cross the cut.
+            let v: Vec<f32> = (0..len).map(|_| (rng.next_f32() * 50.0).floor()).collect();
+            let mut all: Vec<usize> = (0..len).collect();
+            all.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+            for k in [1, 3, 40, 500] {
+                let k = k.min(len);
+                assert_eq!(top_k_indices(&v, k), all[..k], "len {len} k {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_nucleus_is_the_shortest_sorted_prefix_reaching_top_p() {
+        let mut rng = Rng::new(9);
+        for (len, top_p) in [
+            (10, 0.5),
+            (300, 0.9),
+            (5000, 0.95),
+            (5000, 0.3),
+            (64, 0.999),
+        ] {
+            // Coarse weights: many ties, some at the nucleus's edge.
+            let w: Vec<f32> = (0..len)
+                .map(|_| (rng.next_f32() * 8.0).floor() / 8.0)
+                .collect();
+            let mut order: Vec<usize> = (0..len).collect();
+            order.sort_by(|&a, &b| w[b].total_cmp(&w[a]).then(a.cmp(&b)));
+            let total: f64 = w.iter().map(|&x| f64::from(x)).sum();
+            let mut acc = 0.0;
+            let n = order
+                .iter()
+                .position(|&i| {
+                    acc += f64::from(w[i]);
+                    acc >= f64::from(top_p) * total
+                })
+                .map_or(len, |j| j + 1);
+            let mut want = vec![0.0; len];
+            for &i in &order[..n] {
+                want[i] = w[i];
+            }
+            let mut got = w.clone();
+            keep_nucleus(&mut got, top_p);
+            assert_eq!(got, want, "len {len} top_p {top_p}");
+        }
+    }
+
+    #[test]
+    fn pick_follows_weights_and_never_takes_a_zero() {
+        let w = [0.0, 1.0, 0.0, 3.0, 0.0];
+        assert_eq!(pick(&w, 0.0), 1);
+        assert_eq!(pick(&w, 0.2499), 1);
+        assert_eq!(pick(&w, 0.25), 3);
+        // The sliver past the sum (rounding) goes to the last token that can be drawn.
+        assert_eq!(pick(&w, 1.0), 3);
+        let many: Vec<f32> = (0..1000)
+            .map(|i| if i % 2 == 0 { 1.0 } else { 0.0 })
+            .collect();
+        for r in [0.0, 0.3, 0.77, 0.999_999] {
+            assert_eq!(pick(&many, r) % 2, 0);
+        }
+    }
+
+    #[test]
+    fn top_p_over_a_vocabulary_follows_the_nucleus() {
+        // Token 0 holds 0.5, tokens 1 and 2 0.2 each, the other 1000 share 0.1: top_p 0.85
+        // keeps 0, 1 and 2, drawn in proportion 5 : 2 : 2.
+        let rest = (0.1f32 / 1000.0).ln();
+        let mut logits = vec![rest; 1003];
+        logits[0] = 0.5f32.ln();
+        logits[1] = 0.2f32.ln();
+        logits[2] = 0.2f32.ln();
+        let mut s = sampler(
+            SamplingParams {
+                top_p: 0.85,
+                ..Default::default()
+            },
+            11,
+        );
+        let mut counts = [0usize; 3];
+        for _ in 0..9000 {
+            let t = s.sample(&mut logits.clone()).token as usize;
+            assert!(t < 3, "token {t} is outside the nucleus");
+            counts[t] += 1;
+        }
+        assert!(
+            (counts[0] as f64 / 9000.0 - 5.0 / 9.0).abs() < 0.03,
+            "{counts:?}"
+        );
     }
 }

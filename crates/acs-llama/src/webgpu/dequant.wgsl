@@ -7,6 +7,15 @@
 // The 32 values `fill` expanded last.
 var<private> y: array<f32, 32>;
 
+// The 4 bytes at an even offset `o` as a little-endian word.
+fn word_at(o: u32) -> u32 {
+    let w = o >> 2u;
+    if (o & 2u) == 0u {
+        return W[w];
+    }
+    return (W[w] >> 16u) | (W[w + 1u] << 16u);
+}
+
 fn byte_at(o: u32) -> u32 {
     return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
 }
@@ -79,10 +88,13 @@ fn fill(o: u32, c: u32) {
         case 2u: {
             let b = o + 18u * c;
             let d = f16_at(b);
-            for (var j = 0u; j < 16u; j++) {
-                let q = byte_at(b + 2u + j);
-                y[j] = d * (f32(q & 15u) - 8.0);
-                y[j + 16u] = d * (f32(q >> 4u) - 8.0);
+            for (var i = 0u; i < 4u; i++) {
+                let q = word_at(b + 2u + 4u * i);
+                for (var k = 0u; k < 4u; k++) {
+                    let v = q >> (8u * k);
+                    y[4u * i + k] = d * (f32(v & 15u) - 8.0);
+                    y[4u * i + k + 16u] = d * (f32((v >> 4u) & 15u) - 8.0);
+                }
             }
         }
         // Q4_1
@@ -90,18 +102,24 @@ fn fill(o: u32, c: u32) {
             let b = o + 20u * c;
             let d = f16_at(b);
             let m = f16_at(b + 2u);
-            for (var j = 0u; j < 16u; j++) {
-                let q = byte_at(b + 4u + j);
-                y[j] = d * f32(q & 15u) + m;
-                y[j + 16u] = d * f32(q >> 4u) + m;
+            for (var i = 0u; i < 4u; i++) {
+                let q = word_at(b + 4u + 4u * i);
+                for (var k = 0u; k < 4u; k++) {
+                    let v = q >> (8u * k);
+                    y[4u * i + k] = d * f32(v & 15u) + m;
+                    y[4u * i + k + 16u] = d * f32((v >> 4u) & 15u) + m;
+                }
             }
         }
         // Q8_0
         case 8u: {
             let b = o + 34u * c;
             let d = f16_at(b);
-            for (var j = 0u; j < 32u; j++) {
-                y[j] = d * i8_at(b + 2u + j);
+            for (var i = 0u; i < 8u; i++) {
+                let q = word_at(b + 2u + 4u * i);
+                for (var k = 0u; k < 4u; k++) {
+                    y[4u * i + k] = d * f32(bitcast<i32>(q << (24u - 8u * k)) >> 24u);
+                }
             }
         }
         // Q4_K: 8 sub-blocks of 32 per 256-value block.

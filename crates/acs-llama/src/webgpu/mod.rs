@@ -42,7 +42,7 @@ pub const SUPPORTED: [GgmlType; 9] = [
 
 /// Threads per workgroup of every kernel (the WGSL files hard-code it too).
 const WG: u32 = 64;
-/// Vectors per matmul thread (`TILE` in matmul.wgsl).
+/// Vectors per matmul workgroup (`TILE` in matmul.wgsl).
 const TILE: u32 = 8;
 /// The most workgroups WebGPU guarantees along one dispatch dimension.
 const MAX_GROUPS: u32 = 65_535;
@@ -177,6 +177,8 @@ struct GpuBlock {
 #[derive(Debug)]
 struct Pipelines {
     matmul: HashMap<GgmlType, wgpu::ComputePipeline>,
+    /// Weight rows per matmul workgroup, and the threads that share each row.
+    matmul_rows: u32,
     embed: wgpu::ComputePipeline,
     rms_norm: wgpu::ComputePipeline,
     quantize: wgpu::ComputePipeline,
@@ -204,6 +206,8 @@ pub struct GpuModel {
     pipes: Pipelines,
     /// Why the device was lost, once it is.
     lost: Arc<Mutex<Option<String>>>,
+    /// The step buffers, between steps (taken by a step while it runs).
+    arena: Mutex<Option<Arena>>,
 }
 
 /// One sequence's keys and values on the device.
@@ -333,6 +337,35 @@ impl Arriving {
     }
 }
 
+/// How the matmul kernels spread a weight row over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulLayout {
+    /// One thread per row: what adapters running on the CPU (lavapipe, SwiftShader)
+    /// vectorise best, since they run threads as SIMD lanes and pay for barriers.
+    ThreadPerRow,
+    /// 16 threads per row reading its blocks in turn, summed in workgroup memory: a
+    /// GPU's coalesced reads, and enough threads for the small matrices of decode.
+    LanesPerRow,
+}
+
+impl MatmulLayout {
+    /// The layout for an adapter: per row on CPU-based adapters, lanes on GPUs.
+    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        if info.device_type == wgpu::DeviceType::Cpu {
+            MatmulLayout::ThreadPerRow
+        } else {
+            MatmulLayout::LanesPerRow
+        }
+    }
+
+    fn lanes(self) -> u32 {
+        match self {
+            MatmulLayout::ThreadPerRow => 1,
+            MatmulLayout::LanesPerRow => 16,
+        }
+    }
+}
+
 /// Uploads a model's weights to a device tensor by tensor, in whatever order they
 /// come: from a whole file ([`GpuModel::load`]), or while a browser streams the file
 /// through a [`crate::gguf::TensorStream`], so that the file is never whole in memory.
@@ -354,6 +387,7 @@ pub struct GpuLoader {
     /// Norm vectors partly received (they are small).
     pending: HashMap<String, Vec<u8>>,
     formats: Vec<GgmlType>,
+    layout: MatmulLayout,
 }
 
 impl GpuLoader {
@@ -427,6 +461,7 @@ impl GpuLoader {
         let scopes = ErrorScopes::push(&device);
         Ok(GpuLoader {
             config,
+            layout: MatmulLayout::for_adapter(&info),
             info,
             device,
             queue,
@@ -440,6 +475,12 @@ impl GpuLoader {
             pending: HashMap::new(),
             formats: Vec::new(),
         })
+    }
+
+    /// Chooses the matmul kernels' layout instead of [`MatmulLayout::for_adapter`]'s
+    /// (tests run both on one adapter).
+    pub fn set_matmul_layout(&mut self, layout: MatmulLayout) {
+        self.layout = layout;
     }
 
     /// Tensors the model needs.
@@ -536,7 +577,7 @@ impl GpuLoader {
             });
         }
         let out_norm = take(&mut self.vectors, "output_norm.weight")?;
-        let pipes = Pipelines::new(&self.device, &self.formats, embed.ty);
+        let pipes = Pipelines::new(&self.device, &self.formats, embed.ty, self.layout);
         self.scopes.pop().await?;
         let rope_inv_freq = crate::model::rope_inv_freq(c);
         Ok(GpuModel {
@@ -552,6 +593,7 @@ impl GpuLoader {
             rope_inv_freq,
             pipes,
             lost: self.lost,
+            arena: Mutex::new(None),
         })
     }
 }
@@ -831,7 +873,15 @@ impl GpuModel {
             });
         }
         let scopes = ErrorScopes::push(&self.device);
-        let mut rec = Recorder::new(&self.device, &self.limits);
+        // A step running at the same time (none does: the engine runs one at a time)
+        // would find the arena taken and use fresh buffers.
+        let arena = self
+            .arena
+            .lock()
+            .ok()
+            .and_then(|mut a| a.take())
+            .unwrap_or_default();
+        let mut rec = Recorder::new(&self.device, &self.queue, &self.limits, arena);
         for (s, cap) in batch.iter_mut().zip(grown) {
             if let Some(cap) = cap {
                 self.grow(s.cache, cap, &mut rec);
@@ -973,10 +1023,13 @@ impl GpuModel {
             rec.copy(&logits, 0, Dest::Readback(logits_at), r * c.vocab);
         }
 
-        let data = rec.finish(&self.queue, readback_floats).await;
+        let data = rec.finish(readback_floats).await;
         scopes.pop().await?;
         self.check_lost()?;
-        let data = data?;
+        let (data, arena) = data?;
+        if let Ok(mut a) = self.arena.lock() {
+            *a = Some(arena);
+        }
         for s in batch.iter_mut() {
             s.cache.len += s.tokens.len();
         }
@@ -1119,7 +1172,7 @@ impl GpuModel {
                 w.row_bytes as u32,
             ];
             let groups = (
-                (ch.rows as u32).div_ceil(WG),
+                (ch.rows as u32).div_ceil(self.pipes.matmul_rows),
                 (batch as u32).div_ceil(TILE),
                 1,
             );
@@ -1226,7 +1279,14 @@ impl GpuModel {
 }
 
 impl Pipelines {
-    fn new(device: &wgpu::Device, formats: &[GgmlType], embed_ty: GgmlType) -> Pipelines {
+    fn new(
+        device: &wgpu::Device,
+        formats: &[GgmlType],
+        embed_ty: GgmlType,
+        layout: MatmulLayout,
+    ) -> Pipelines {
+        let lanes = layout.lanes();
+        let matmul_rows = WG / lanes;
         let make = |label: &str, src: &str| {
             let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(label),
@@ -1255,10 +1315,20 @@ impl Pipelines {
                 .map(|&ty| {
                     (
                         ty,
-                        make("matmul", &with_format(ty, include_str!("matmul.wgsl"))),
+                        make(
+                            "matmul",
+                            &with_format(
+                                ty,
+                                &format!(
+                                    "const ROWS: u32 = {matmul_rows}u;\nconst LANES: u32 = {lanes}u;\n{}",
+                                    include_str!("matmul.wgsl")
+                                ),
+                            ),
+                        ),
                     )
                 })
                 .collect(),
+            matmul_rows,
             embed: make("embed", &with_format(embed_ty, include_str!("embed.wgsl"))),
             rms_norm: make("rms_norm", include_str!("rms_norm.wgsl")),
             quantize: make("quantize", include_str!("quantize.wgsl")),
@@ -1337,43 +1407,87 @@ enum Op {
     },
 }
 
+/// The device buffers of a step (activations, uploads, parameters, read-back), kept
+/// from step to step by name and replaced only when a step needs a larger one: a
+/// steady batch allocates nothing per step, and a larger batch or prefill grows them
+/// once (to a power of two, so that a run of growing prefills grows them seldom).
+#[derive(Debug, Default)]
+struct Arena {
+    bufs: HashMap<&'static str, wgpu::Buffer>,
+}
+
+impl Arena {
+    fn get(
+        &mut self,
+        device: &wgpu::Device,
+        label: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+        limit: u64,
+    ) -> wgpu::Buffer {
+        let bytes = bytes.max(4);
+        if let Some(b) = self.bufs.get(label).filter(|b| b.size() >= bytes) {
+            return b.clone();
+        }
+        let b = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.next_power_of_two().min(limit).max(bytes),
+            usage,
+            mapped_at_creation: false,
+        });
+        self.bufs.insert(label, b.clone());
+        b
+    }
+}
+
 /// One step's commands, collected first so that all kernel parameters go up in one
 /// uniform buffer and the whole step in one submission.
 #[derive(Debug)]
 struct Recorder<'d> {
     device: &'d wgpu::Device,
+    queue: &'d wgpu::Queue,
+    arena: Arena,
+    /// The largest buffer a kernel may bind.
+    binding_limit: u64,
     ops: Vec<Op>,
     params: Vec<u8>,
     align: u64,
 }
 
 impl<'d> Recorder<'d> {
-    fn new(device: &'d wgpu::Device, limits: &wgpu::Limits) -> Self {
+    fn new(
+        device: &'d wgpu::Device,
+        queue: &'d wgpu::Queue,
+        limits: &wgpu::Limits,
+        arena: Arena,
+    ) -> Self {
         Recorder {
             device,
+            queue,
+            arena,
+            binding_limit: limits.max_storage_buffer_binding_size,
             ops: Vec::new(),
             params: Vec::new(),
             align: u64::from(limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES),
         }
     }
 
-    /// A device buffer of `floats` f32s (at least one word: WebGPU binds no empty ones).
-    fn scratch(&self, label: &str, floats: usize) -> wgpu::Buffer {
-        self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: (floats.max(1) * 4) as u64,
-            usage: STORAGE,
-            mapped_at_creation: false,
-        })
+    /// A device buffer of at least `floats` f32s (one word at least: WebGPU binds no
+    /// empty ones).
+    fn scratch(&mut self, label: &'static str, floats: usize) -> wgpu::Buffer {
+        let bytes = (floats * 4) as u64;
+        self.arena
+            .get(self.device, label, bytes, STORAGE, self.binding_limit)
     }
 
-    fn upload(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: &padded(bytes),
-                usage: wgpu::BufferUsages::STORAGE,
-            })
+    /// A device buffer holding `bytes`, written through the queue (which orders the
+    /// write after the steps already submitted and before this one).
+    fn upload(&mut self, label: &'static str, bytes: &[u8]) -> wgpu::Buffer {
+        let buf = self.scratch(label, bytes.len().div_ceil(4));
+        if !bytes.is_empty() {
+            self.queue.write_buffer(&buf, 0, &padded(bytes));
+        }
+        buf
     }
 
     fn dispatch<const N: usize>(
@@ -1417,23 +1531,25 @@ impl<'d> Recorder<'d> {
     }
 
     /// Encodes and submits the step, then reads back `readback_floats` f32s.
-    async fn finish(
-        self,
-        queue: &wgpu::Queue,
-        readback_floats: usize,
-    ) -> Result<Vec<f32>, GpuError> {
+    /// Gives the arena back with the data: a step that failed drops its arena, whose
+    /// read-back buffer may still be mapped.
+    async fn finish(mut self, readback_floats: usize) -> Result<(Vec<f32>, Arena), GpuError> {
         let device = self.device;
-        let uniforms = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: &padded(&self.params),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let readback = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: (readback_floats.max(1) * 4) as u64,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let uniforms = self.arena.get(
+            device,
+            "params",
+            self.params.len() as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            u64::MAX,
+        );
+        self.queue.write_buffer(&uniforms, 0, &padded(&self.params));
+        let readback = self.arena.get(
+            device,
+            "readback",
+            (readback_floats * 4) as u64,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            u64::MAX,
+        );
         let groups: Vec<Option<wgpu::BindGroup>> = self
             .ops
             .iter()
@@ -1513,9 +1629,9 @@ impl<'d> Recorder<'d> {
                 }
             }
         }
-        queue.submit([enc.finish()]);
+        self.queue.submit([enc.finish()]);
         if readback_floats == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), self.arena));
         }
         let mapped = map_read(device, &readback).await;
         mapped?;
@@ -1528,7 +1644,7 @@ impl<'d> Recorder<'d> {
             .collect();
         drop(view);
         readback.unmap();
-        Ok(out)
+        Ok((out, self.arena))
     }
 }
 

@@ -894,8 +894,9 @@ fn run_jobs(
         .iter_mut()
         .map(|j| {
             let rb = j.ty.row_bytes(n_cols).expect("validated shape");
-            // Whole panels per task when packed.
-            let per = (TASK_BYTES / rb.max(1)).clamp(PANEL, 4096) / PANEL * PANEL;
+            // Whole pairs of panels per task when packed (AVX-512 takes them two at
+            // a time).
+            let per = (TASK_BYTES / rb.max(1)).clamp(2 * PANEL, 4096) / (2 * PANEL) * (2 * PANEL);
             let first = n_tasks;
             n_tasks += j.n_rows.div_ceil(per);
             Part {
@@ -1306,6 +1307,8 @@ mod x86 {
     #[derive(Debug, Clone, Copy)]
     pub(super) struct Avx2Token {
         vnni: bool,
+        /// AVX-512 F, BW, VL and VNNI: packed panels two at a time in 512-bit registers.
+        avx512: bool,
     }
 
     impl Avx2Token {
@@ -1315,14 +1318,30 @@ mod x86 {
                 && is_x86_feature_detected!("f16c"))
             .then(|| Avx2Token {
                 vnni: is_x86_feature_detected!("avxvnni"),
+                avx512: is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni"),
             })
         }
 
-        /// The same proof without AVX-VNNI (always sound: it claims less), so tests
-        /// cover the `vpmaddubsw` path on CPUs that have both.
+        /// The same proof without AVX-VNNI or AVX-512 (always sound: it claims less),
+        /// so tests cover the `vpmaddubsw` path on CPUs that have both.
         #[cfg(test)]
         pub(super) fn without_vnni(self) -> Self {
-            Avx2Token { vnni: false }
+            Avx2Token {
+                vnni: false,
+                avx512: false,
+            }
+        }
+
+        /// The same proof without AVX-512, so tests cover the 256-bit packed kernels.
+        #[cfg(test)]
+        pub(super) fn without_avx512(self) -> Self {
+            Avx2Token {
+                avx512: false,
+                ..self
+            }
         }
     }
 
@@ -1788,6 +1807,101 @@ mod x86 {
     );
     packed_q8_kernel!(packed_q8_0_plain, "avx2,fma,f16c", add_mul_sum_us8);
 
+    /// Two panels' bytes side by side in one 512-bit register: panel `a` in the low
+    /// half, `b` in the high one, so that lane `k` is row `k` of the pair.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load_pair(a: &[u8], b: &[u8]) -> __m512i {
+        _mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1)
+    }
+
+    /// The f16 values of two panels' 8-row vectors (scales or mins) as 16 floats.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn halves_pair(a: &[u8], b: &[u8]) -> __m512 {
+        let h = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(a)), load16(b), 1);
+        _mm512_cvtph_ps(h)
+    }
+
+    /// Activations `at..at + 4` of a block in every lane of a 512-bit register.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn broadcast4_512(qs: &[i8; QK], at: usize) -> __m512i {
+        let b = |k: usize| qs[at + k] as u8;
+        _mm512_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
+    }
+
+    /// Sixteen lanes: the rows of the pair of panels, in order.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn lanes16(v: __m512) -> [f32; 16] {
+        let mut o = [0f32; 16];
+        // SAFETY: `o` is 16 writable floats; the store is unaligned.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+        o
+    }
+
+    /// [`packed_q4_1_vnni`] on two Q4_1 panels at once, with AVX-512: every lane runs
+    /// the same operations in the same order as in the 256-bit kernel, so results are
+    /// identical, at twice the rows per instruction and with 32 registers for the
+    /// accumulators of up to eight vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn packed_q4_1_x2<const V: usize>(pa: &[u8], pb: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+        let mask = _mm512_set1_epi8(0xF);
+        let mut acc = [_mm512_setzero_ps(); V];
+        let mut mins = [_mm512_setzero_ps(); V];
+        for i in 0..x.nb {
+            let (a, b) = (&pa[160 * i..160 * i + 160], &pb[160 * i..160 * i + 160]);
+            let d = halves_pair(a, b);
+            let m = halves_pair(&a[16..], &b[16..]);
+            let w: [__m512i; 4] =
+                std::array::from_fn(|g| load_pair(&a[32 + 32 * g..], &b[32 + 32 * g..]));
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let q = |at: usize| broadcast4_512(&xb.qs, at);
+                let mut lo = _mm512_setzero_si512();
+                let mut hi = _mm512_setzero_si512();
+                for (g, &wg) in w.iter().enumerate() {
+                    let wl = _mm512_and_si512(wg, mask);
+                    let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
+                    lo = _mm512_dpbusd_epi32(lo, wl, q(4 * g));
+                    hi = _mm512_dpbusd_epi32(hi, wh, q(16 + 4 * g));
+                }
+                let p = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
+                acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb.d)), acc[v]);
+                mins[v] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.s), mins[v]);
+            }
+        }
+        std::array::from_fn(|v| lanes16(_mm512_add_ps(acc[v], mins[v])))
+    }
+
+    /// [`packed_q8_0_vnni`] on two Q8_0 panels at once (see [`packed_q4_1_x2`]).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn packed_q8_0_x2<const V: usize>(pa: &[u8], pb: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+        let mut acc = [_mm512_setzero_ps(); V];
+        for i in 0..x.nb {
+            let (a, b) = (&pa[272 * i..272 * i + 272], &pb[272 * i..272 * i + 272]);
+            let d = halves_pair(a, b);
+            let w: [__m512i; 8] =
+                std::array::from_fn(|g| load_pair(&a[16 + 32 * g..], &b[16 + 32 * g..]));
+            for (v, acc) in acc.iter_mut().enumerate() {
+                let xb = &x.blocks[v * x.nb + i];
+                let q = |at: usize| broadcast4_512(&xb.qs, at);
+                let mut p = _mm512_setzero_si512();
+                for (g, &wg) in w.iter().enumerate() {
+                    p = _mm512_dpbusd_epi32(p, wg, q(4 * g));
+                }
+                let offset = 128 * (i32::from(xb.sums[0]) + i32::from(xb.sums[1]));
+                let p = _mm512_sub_epi32(p, _mm512_set1_epi32(offset));
+                let sc = _mm512_mul_ps(d, _mm512_set1_ps(xb.d));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, *acc);
+            }
+        }
+        std::array::from_fn(|v| lanes16(acc[v]))
+    }
+
     /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
     /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
     pub(super) fn packed_rows(
@@ -1799,13 +1913,57 @@ mod x86 {
     ) {
         let nb = qx.nb;
         let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty);
-        // Four vectors per tile keep the accumulators and the unpacked weights
-        // within the 16 AVX2 registers. Panels are the outer loop, so that a panel
-        // comes from memory once per call and from L1 for the next group of vectors:
-        // a batch's step streams each weight once, as a single sequence's does.
-        for r0 in rows.clone().step_by(PANEL) {
+        let panel = |r0: usize| {
             let p = r0 / PANEL;
-            let panel = &pm.data[p * panel_bytes..(p + 1) * panel_bytes];
+            &pm.data[p * panel_bytes..(p + 1) * panel_bytes]
+        };
+        // Panels are the outer loop, so that a panel comes from memory once per call
+        // and from L1 for the next group of vectors: a batch's step streams each
+        // weight once, as a single sequence's does.
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            if t.avx512 && r0 + 2 * PANEL <= rows.end {
+                // Two panels per kernel; 32 registers hold eight vectors' accumulators.
+                let (a, b) = (panel(r0), panel(r0 + PANEL));
+                for g in (0..qx.count).step_by(8) {
+                    let nv = (qx.count - g).min(8);
+                    let x = Xs {
+                        blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                        sums: &[],
+                        lane: 0,
+                        nb,
+                    };
+                    let q8 = pm.ty == GgmlType::Q8_0;
+                    let mut emit = |o: &[[f32; 16]]| {
+                        for (v, lanes) in o.iter().enumerate() {
+                            let (lo, hi) = lanes.split_at(PANEL);
+                            put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
+                            put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+                        }
+                    };
+                    // SAFETY: `avx512` is set only when runtime detection found
+                    // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
+                    // every token proves: the features of the kernels called. They
+                    // touch memory only through bounds-checked slicing.
+                    unsafe {
+                        match nv {
+                            1 => emit(&packed_pair::<1>(q8, a, b, x)),
+                            2 => emit(&packed_pair::<2>(q8, a, b, x)),
+                            3 => emit(&packed_pair::<3>(q8, a, b, x)),
+                            4 => emit(&packed_pair::<4>(q8, a, b, x)),
+                            5 => emit(&packed_pair::<5>(q8, a, b, x)),
+                            6 => emit(&packed_pair::<6>(q8, a, b, x)),
+                            7 => emit(&packed_pair::<7>(q8, a, b, x)),
+                            _ => emit(&packed_pair::<8>(q8, a, b, x)),
+                        }
+                    }
+                }
+                r0 += 2 * PANEL;
+                continue;
+            }
+            // Four vectors per tile keep the accumulators and the unpacked weights
+            // within the 16 AVX2 registers.
+            let panel = panel(r0);
             for g in (0..qx.count).step_by(4) {
                 let nv = (qx.count - g).min(4);
                 let x = Xs {
@@ -1843,6 +2001,28 @@ mod x86 {
                         (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, x)),
                     }
                 }
+            }
+            r0 += PANEL;
+        }
+    }
+
+    /// The two-panel kernel of the format.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+    #[inline]
+    unsafe fn packed_pair<const V: usize>(
+        q8: bool,
+        a: &[u8],
+        b: &[u8],
+        x: Xs<'_>,
+    ) -> [[f32; 16]; V] {
+        // SAFETY: the caller guarantees the kernels' features.
+        unsafe {
+            if q8 {
+                packed_q8_0_x2::<V>(a, b, x)
+            } else {
+                packed_q4_1_x2::<V>(a, b, x)
             }
         }
     }
@@ -2411,6 +2591,40 @@ mod tests {
             let mut want = vec![0f32; rows * batch];
             matmul(*ty, w, *rows, cols, &xs, &mut want).unwrap();
             assert_eq!(got, &want, "{ty:?}");
+        }
+    }
+
+    /// The AVX-512 kernels take panels in pairs; each lane must run what the 256-bit
+    /// kernel runs, to the bit, whatever the batch (5 panels: two pairs and one left).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn panel_pairs_match_single_panels_exactly() {
+        let Some(t) = x86::token() else {
+            return;
+        };
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (40, 256);
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut w = vec![0u8; rb * rows];
+            for (r, b) in values(3, rows * cols)
+                .chunks_exact(cols)
+                .zip(w.chunks_exact_mut(rb))
+            {
+                quantize_row(ty, r, b).unwrap();
+            }
+            let pm = PackedMatrix::new(ty, &w, rows, cols).expect("x86 packs");
+            for batch in [1, 3, 8, 11] {
+                let mut qx = QuantizedActivations::default();
+                qx.quantize_from(&values(4, cols * batch), cols).unwrap();
+                let run = |t| {
+                    let mut out = vec![0f32; rows * batch];
+                    x86::packed_rows(t, &pm, 0..rows, &qx, &mut |v, r0, lanes| {
+                        out[v * rows + r0..][..PANEL].copy_from_slice(lanes);
+                    });
+                    out
+                };
+                assert_eq!(run(t), run(t.without_avx512()), "{ty:?} batch {batch}");
+            }
         }
     }
 

@@ -125,7 +125,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     println!(
         "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
     );
-    engine_bench(&model, a.decode_tokens)?;
+    engine_bench(&model, a.decode_tokens, a.repeat)?;
     #[cfg(feature = "webgpu")]
     if a.webgpu {
         webgpu_bench(&path, &ids, a.decode_tokens, a.repeat)?;
@@ -225,15 +225,25 @@ fn engine_run(
     Ok((generated as f64 / secs, prefills))
 }
 
-fn engine_bench(model: &Arc<Model>, max_tokens: usize) -> Result<(), CliError> {
-    let (one, _) = engine_run(model, 1, 1, max_tokens)?;
-    print!("engine    requests x1 {one:7.1} tok/s");
-    for k in [8, 32] {
-        let (r, _) = engine_run(model, k, 1, max_tokens)?;
-        print!(" | x{k} {r:7.1} tok/s ({:.2}x)", r / one);
+/// Medians of `repeat` runs each; the runs of one shape alternate with the others',
+/// so that a slow spell of a shared machine does not land on one shape alone.
+fn engine_bench(model: &Arc<Model>, max_tokens: usize, repeat: usize) -> Result<(), CliError> {
+    let shapes = [(1, 1), (8, 1), (32, 1), (1, 8)];
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+    let mut prefills = 0;
+    for _ in 0..repeat.max(1) {
+        for (i, &(concurrent, n)) in shapes.iter().enumerate() {
+            let (r, p) = engine_run(model, concurrent, n, max_tokens)?;
+            runs[i].push(r);
+            prefills = p;
+        }
     }
-    let (r, prefills) = engine_run(model, 1, 8, max_tokens)?;
-    println!(" | one request n=8 {r:7.1} tok/s, {prefills} prefill");
+    let [one, x8, x32, n8] = [0, 1, 2, 3].map(|i| median(runs[i].clone()));
+    println!(
+        "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {prefills} prefill",
+        x8 / one,
+        x32 / one
+    );
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
 
+mod exp;
 pub mod gguf;
 pub mod model;
 pub mod quant;

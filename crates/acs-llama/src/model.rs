@@ -588,7 +588,7 @@ impl Model {
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)) * scale;
             let mut sum = 0.0;
             for s in scores.iter_mut() {
-                *s = (*s * scale - max).exp();
+                *s = crate::exp::exp(*s * scale - max);
                 sum += *s;
             }
             for s in scores.iter_mut() {
@@ -702,5 +702,5 @@ fn add(x: &mut [f32], y: &[f32]) {
 }
 
 fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + crate::exp::exp(-x))
 }

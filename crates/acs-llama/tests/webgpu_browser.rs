@@ -16,7 +16,7 @@ use acs_llama::model::{Logits, Model, SeqInput};
 use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
-use acs_llama::webgpu::{GpuModel, GpuSeqInput, pick_adapter};
+use acs_llama::webgpu::{GpuLoader, GpuModel, GpuSeqInput, MatmulLayout, pick_adapter};
 use common::rel_diff;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -25,13 +25,29 @@ wasm_bindgen_test_configure!(run_in_browser);
 /// Relative tolerance on a position's logits (of its largest |logit|).
 const FLIP: f32 = 3e-2;
 
-/// A prompt's logits at every position, then greedy decoding, on both backends.
+/// A prompt's logits at every position, then greedy decoding, on both backends, with
+/// each matmul layout (SwiftShader, a fallback adapter, would choose a thread per row).
 async fn matches_cpu(spec: TestModelSpec, prompt_len: usize, steps: usize) {
-    let what = format!("{:?}/{:?}", spec.weight_type, spec.embed_type);
     let file = Arc::new(GgufFile::from_vec(test_model_bytes(&spec).expect("model")).expect("gguf"));
     let cpu = Model::from_gguf(Arc::clone(&file)).expect("cpu model");
-    let adapter = pick_adapter(true).await.expect("the browser offers WebGPU");
-    let gpu = GpuModel::load(&file, adapter).await.expect("gpu model");
+    for layout in [MatmulLayout::ThreadPerRow, MatmulLayout::LanesPerRow] {
+        let adapter = pick_adapter(true).await.expect("the browser offers WebGPU");
+        let mut loader = GpuLoader::new(file.header(), adapter)
+            .await
+            .expect("a device");
+        loader.set_matmul_layout(layout);
+        for t in &file.header().tensors {
+            loader
+                .add(t, file.tensor_bytes(t).expect("tensor bytes"))
+                .expect("tensor uploads");
+        }
+        let gpu = loader.finish().await.expect("gpu model");
+        let what = format!("{:?}/{:?}, {layout:?}", spec.weight_type, spec.embed_type);
+        compare(&what, &cpu, &gpu, prompt_len, steps).await;
+    }
+}
+
+async fn compare(what: &str, cpu: &Model, gpu: &GpuModel, prompt_len: usize, steps: usize) {
     let vocab = cpu.config.vocab;
     let (mut cc, mut gc) = (cpu.new_cache(), gpu.new_cache());
     // The native test's prompt (`prompt(n, 1)` in tests/webgpu.rs).

@@ -98,6 +98,17 @@ const TYPE_TABLE: [(GgmlType, u32, usize, usize); 34] = [
     (GgmlType::Q1_0, 41, 128, 18),
 ];
 
+// The table is in the enum's order, one row per variant (the last variant closes it),
+// so a type's row is at its discriminant.
+const _: () = {
+    let mut i = 0;
+    while i < TYPE_TABLE.len() {
+        assert!(TYPE_TABLE[i].0 as usize == i);
+        i += 1;
+    }
+    assert!(GgmlType::Q1_0 as usize == TYPE_TABLE.len() - 1);
+};
+
 impl GgmlType {
     /// The types this module can dequantize and dot.
     pub const SUPPORTED: [GgmlType; 9] = [
@@ -112,12 +123,10 @@ impl GgmlType {
         GgmlType::Q6_K,
     ];
 
+    /// This type's row of [`TYPE_TABLE`], by index: the matmuls ask for block sizes
+    /// per task, where a search of the table showed in profiles.
     fn entry(self) -> (GgmlType, u32, usize, usize) {
-        // The table lists every variant exactly once (checked by a unit test).
-        TYPE_TABLE
-            .into_iter()
-            .find(|e| e.0 == self)
-            .unwrap_or((self, u32::MAX, 1, 0))
+        TYPE_TABLE[self as usize]
     }
 
     /// The type with ggml's number `id`, or `None` for a number ggml does not define.

@@ -265,15 +265,21 @@ fn max_of(v: &[f32]) -> f32 {
 
 /// The sum, in lanes.
 fn sum_of(v: &[f32]) -> f32 {
+    sum_map(v, |x| x)
+}
+
+/// `Σ f(v[i])`, in lanes.
+#[inline(always)]
+fn sum_map(v: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut s = [0.0f32; LANES];
     let chunks = v.chunks_exact(LANES);
     let rest = chunks.remainder();
     for c in chunks {
         for (s, &x) in s.iter_mut().zip(c) {
-            *s += x;
+            *s += f(x);
         }
     }
-    s.iter().chain(rest).sum()
+    s.iter().copied().chain(rest.iter().map(|&x| f(x))).sum()
 }
 
 /// `out[i] = e^((v[i] - max) * inv_t)`: the unnormalised probabilities.
@@ -358,9 +364,7 @@ pub fn top_k_indices(v: &[f32], k: usize) -> Vec<usize> {
 /// `log Σ exp(v)`, computed stably.
 pub fn log_sum_exp(v: &[f32]) -> f32 {
     let max = max_of(v);
-    let mut terms = Vec::with_capacity(v.len());
-    exp_scaled(v, max, 1.0, &mut terms);
-    max + sum_of(&terms).ln()
+    max + sum_map(v, |x| exp(x - max)).ln()
 }
 
 #[cfg(test)]

@@ -7,32 +7,14 @@
 // Native only: it reads files (the browser runs tests/webgpu_browser.rs).
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::path::PathBuf;
+mod llama_cpp_oracle;
 
 use acs_llama::model::{KvCache, Logits, Model, SeqInput};
 use acs_llama::sample::top_k_indices;
-use serde_json::Value;
-
-fn oracle() -> Value {
-    // A copy of shared/oracle/smollm2-llamacpp.json, so the test needs nothing beside
-    // this checkout.
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2-llamacpp.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("oracle {} unreadable: {e}", path.display()));
-    serde_json::from_str(&text).expect("oracle is JSON")
-}
+use llama_cpp_oracle::{ids, oracle, top5_last};
 
 fn load() -> Model {
     Model::open(acs_llama::testgen::default_model_for_tests()).expect("default model loads")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn step(model: &Model, cache: &mut KvCache, tokens: &[u32]) -> Vec<f32> {
@@ -59,17 +41,7 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
         let mut cache = model.new_cache();
         let logits = step(&model, &mut cache, &want);
         let top5: Vec<usize> = top_k_indices(&logits, 5);
-        let ref_top5: Vec<(usize, f32)> = p["top5_last"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e[0].as_u64().unwrap() as usize,
-                    e[1].as_f64().unwrap() as f32,
-                )
-            })
-            .collect();
+        let ref_top5 = top5_last(p);
         assert_eq!(
             top5,
             ref_top5.iter().map(|e| e.0).collect::<Vec<_>>(),

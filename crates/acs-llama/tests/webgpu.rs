@@ -16,6 +16,7 @@
 #![cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
 
 mod common;
+mod llama_cpp_oracle;
 
 use std::sync::Arc;
 
@@ -24,10 +25,9 @@ use acs_llama::model::{KvCache, LayerAdd, Logits, Model, ModelError, SeqInput, S
 use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
-use acs_llama::webgpu::{
-    GpuCache, GpuError, GpuLoader, GpuModel, GpuSeqInput, MatmulLayout, pick_adapter,
-};
+use acs_llama::webgpu::{GpuCache, GpuError, GpuModel, GpuSeqInput, MatmulLayout, pick_adapter};
 use common::rel_diff;
+use llama_cpp_oracle::{ids, oracle, top5_last};
 
 /// Relative tolerance on a position's logits (of its largest |logit|) without a flip.
 const TIGHT: f32 = 1e-4;
@@ -47,15 +47,9 @@ fn load(spec: &TestModelSpec) -> (Model, GpuModel) {
 fn load_gpu(file: &GgufFile, layout: MatmulLayout) -> GpuModel {
     pollster::block_on(async {
         let adapter = pick_adapter(true).await.expect("an adapter");
-        let mut loader = GpuLoader::new(file.header(), adapter)
+        GpuModel::load_with_layout(file, adapter, Some(layout))
             .await
-            .expect("a device");
-        loader.set_matmul_layout(layout);
-        for t in &file.header().tensors {
-            let bytes = file.tensor_bytes(t).expect("tensor bytes");
-            loader.add(t, bytes).expect("tensor uploads");
-        }
-        loader.finish().await.expect("gpu model")
+            .expect("gpu model")
     })
 }
 
@@ -404,22 +398,9 @@ fn bad_batches_are_errors() {
 /// `acs_llama::testgen::default_model_for_tests`); without it the test fails.
 #[test]
 fn default_model_matches_llama_cpp_oracle() {
-    use serde_json::Value;
     let path = acs_llama::testgen::default_model_for_tests();
     let file = GgufFile::open(&path).expect("default model opens");
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/smollm2-llamacpp.json"),
-    )
-    .expect("oracle data");
-    let oracle: Value = serde_json::from_str(&text).expect("oracle is JSON");
-    let ids = |v: &Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
+    let oracle = oracle();
     // Both matmul layouts: 576 columns are 18 blocks, so the lanes' sums are real.
     for layout in [MatmulLayout::ThreadPerRow, MatmulLayout::LanesPerRow] {
         let gpu = load_gpu(&file, layout);
@@ -440,17 +421,7 @@ fn default_model_matches_llama_cpp_oracle() {
             let prompt = ids(&p["ids"]);
             let mut cache = gpu.new_cache();
             let mut logits = step(&mut cache, &prompt);
-            let want: Vec<(usize, f32)> = p["top5_last"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| {
-                    (
-                        e[0].as_u64().unwrap() as usize,
-                        e[1].as_f64().unwrap() as f32,
-                    )
-                })
-                .collect();
+            let want = top5_last(p);
             // The same five tokens; their order wherever llama.cpp's gap between
             // neighbours is wider than the differences allowed below ("The grass
             // is" has two 0.014 apart, which summation order alone can swap).

@@ -16,7 +16,7 @@ use acs_llama::model::{Logits, Model, SeqInput};
 use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
-use acs_llama::webgpu::{GpuLoader, GpuModel, GpuSeqInput, MatmulLayout, pick_adapter};
+use acs_llama::webgpu::{GpuModel, GpuSeqInput, MatmulLayout, pick_adapter};
 use common::rel_diff;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -32,16 +32,9 @@ async fn matches_cpu(spec: TestModelSpec, prompt_len: usize, steps: usize) {
     let cpu = Model::from_gguf(Arc::clone(&file)).expect("cpu model");
     for layout in [MatmulLayout::ThreadPerRow, MatmulLayout::LanesPerRow] {
         let adapter = pick_adapter(true).await.expect("the browser offers WebGPU");
-        let mut loader = GpuLoader::new(file.header(), adapter)
+        let gpu = GpuModel::load_with_layout(&file, adapter, Some(layout))
             .await
-            .expect("a device");
-        loader.set_matmul_layout(layout);
-        for t in &file.header().tensors {
-            loader
-                .add(t, file.tensor_bytes(t).expect("tensor bytes"))
-                .expect("tensor uploads");
-        }
-        let gpu = loader.finish().await.expect("gpu model");
+            .expect("gpu model");
         let what = format!("{:?}/{:?}, {layout:?}", spec.weight_type, spec.embed_type);
         compare(&what, &cpu, &gpu, prompt_len, steps).await;
     }

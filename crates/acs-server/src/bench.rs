@@ -230,12 +230,15 @@ fn engine_run(
 fn engine_bench(model: &Arc<Model>, max_tokens: usize, repeat: usize) -> Result<(), CliError> {
     let shapes = [(1, 1), (8, 1), (32, 1), (1, 8)];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+    // Prefills of the one request with n = 8 (its choices share one).
     let mut prefills = 0;
     for _ in 0..repeat.max(1) {
         for (i, &(concurrent, n)) in shapes.iter().enumerate() {
             let (r, p) = engine_run(model, concurrent, n, max_tokens)?;
             runs[i].push(r);
-            prefills = p;
+            if n == 8 {
+                prefills = p;
+            }
         }
     }
     let [one, x8, x32, n8] = [0, 1, 2, 3].map(|i| median(runs[i].clone()));

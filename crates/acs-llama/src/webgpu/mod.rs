@@ -623,7 +623,20 @@ impl GpuModel {
 
     /// Opens a device on `adapter` and uploads the model's weights, tensor by tensor.
     pub async fn load(file: &GgufFile, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        Self::load_with_layout(file, adapter, None).await
+    }
+
+    /// [`GpuModel::load`] with the matmul layout given instead of the adapter's
+    /// choice (`None`: [`MatmulLayout::for_adapter`]); tests run both on one adapter.
+    pub async fn load_with_layout(
+        file: &GgufFile,
+        adapter: wgpu::Adapter,
+        layout: Option<MatmulLayout>,
+    ) -> Result<Self, GpuError> {
         let mut loader = GpuLoader::new(file.header(), adapter).await?;
+        if let Some(layout) = layout {
+            loader.set_matmul_layout(layout);
+        }
         for t in &file.header().tensors {
             loader.add(t, file.tensor_bytes(t)?)?;
         }

@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
+mod team;
 pub mod testgen;
 pub mod tokenizer;
 #[cfg(feature = "webgpu")]

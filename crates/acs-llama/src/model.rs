@@ -398,6 +398,10 @@ impl Model {
     /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
     /// logits it asked for and the activations it captured.
     pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
+        crate::team::session(|| self.forward_in_session(batch))
+    }
+
+    fn forward_in_session(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
         let w = self.weights.as_ref().ok_or(ModelError::NoWeights)?;
         let c = &self.config;
         let d = c.d_model;
@@ -560,8 +564,9 @@ impl Model {
     }
 
     /// Causal grouped-query attention of every new row against its sequence's cache,
-    /// one task per (row, head) so that a single decoding sequence still uses every
-    /// core.
+    /// one task per (row, key/value head) so that a single decoding sequence still
+    /// uses every core, and the query heads that share a key/value head read its
+    /// cache once from memory (and then from L1) rather than each from memory.
     fn attention(
         &self,
         layer: usize,
@@ -572,44 +577,35 @@ impl Model {
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, hd, kv, nh) = (c.d_model, c.head_dim, c.kv_dim(), c.n_heads);
+        let (d, hd, kv, nkv) = (c.d_model, c.head_dim, c.kv_dim(), c.n_kv_heads);
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let ops = F32Ops::detect();
-        let work = |scores: &mut Vec<f32>, (i, oh): (usize, &mut [f32])| {
-            let (r, h) = (i / nh, i % nh);
+        crate::team::for_each_chunk_mut(out, group * hd, |i, heads| {
+            let (r, g) = (i / nkv, i % nkv);
             let cache = caches[owner[r]];
-            let (keys, values) = (&cache.k[layer], &cache.v[layer]);
-            let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
-            let kvh = (h / group) * hd;
-            scores.clear();
-            scores.resize(positions[r] + 1, 0.0);
-            ops.dots(qh, &keys[kvh..], kv, scores);
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)) * scale;
-            let mut sum = 0.0;
-            for s in scores.iter_mut() {
-                *s = crate::exp::exp(*s * scale - max);
-                sum += *s;
+            let (keys, values) = (&cache.k[layer][g * hd..], &cache.v[layer][g * hd..]);
+            let mut scores = vec![0f32; positions[r] + 1];
+            for (j, oh) in heads.chunks_exact_mut(hd).enumerate() {
+                let h = g * group + j;
+                ops.dots(
+                    &q[r * d + h * hd..r * d + (h + 1) * hd],
+                    keys,
+                    kv,
+                    &mut scores,
+                );
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)) * scale;
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = crate::exp::exp(*s * scale - max);
+                    sum += *s;
+                }
+                for s in scores.iter_mut() {
+                    *s /= sum;
+                }
+                ops.weighted_sum(&scores, values, kv, oh);
             }
-            for s in scores.iter_mut() {
-                *s /= sum;
-            }
-            ops.weighted_sum(scores, &values[kvh..], kv, oh);
-        };
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            use rayon::prelude::*;
-            out.par_chunks_mut(hd)
-                .enumerate()
-                .for_each_init(Vec::new, work);
-        }
-        #[cfg(target_arch = "wasm32")]
-        {
-            let mut scores = Vec::new();
-            out.chunks_mut(hd)
-                .enumerate()
-                .for_each(|item| work(&mut scores, item));
-        }
+        });
     }
 }
 

@@ -458,16 +458,16 @@ impl QuantizedActivations {
         self.blocks.clear();
         self.blocks.resize(count * nb, BlockQ8::default());
         let isa = Isa::detect();
-        for (x, dst) in xs
-            .chunks_exact(n_cols)
-            .zip(self.blocks.chunks_exact_mut(nb))
-        {
+        // One task per vector: a batch's rounding would otherwise be serial work
+        // between parallel matmuls, with the other cores waiting.
+        crate::team::for_each_chunk_mut(&mut self.blocks, nb, |v, dst| {
+            let x = &xs[v * n_cols..(v + 1) * n_cols];
             for (c, b) in x.chunks(QK).zip(dst) {
                 let mut v = [0f32; QK];
                 v[..c.len()].copy_from_slice(c);
                 *b = quantize_block_q8(isa, &v);
             }
-        }
+        });
         self.sums.clear();
         self.sums.resize(count.div_ceil(GROUP) * nb * GROUP, 0.0);
         for (v, blocks) in self.blocks.chunks_exact(nb).enumerate() {
@@ -1057,6 +1057,26 @@ impl F32Ops {
                 *o += w * x;
             }
         }
+    }
+
+    /// `gate[i] = silu(gate[i]) · up[i]`: the MLP's gated activation. The same
+    /// arithmetic on every target (no fused multiply-adds), so results do not depend
+    /// on the instruction set; AVX2 only makes the vectors twice as wide.
+    pub fn swiglu(self, gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "gate and up of one width");
+        #[cfg(target_arch = "x86_64")]
+        if let Isa::Avx2(t) = self.0 {
+            return x86::swiglu(t, gate, up);
+        }
+        swiglu_lanes(gate, up);
+    }
+}
+
+/// The body of [`F32Ops::swiglu`], inlined into each instruction set's copy.
+#[inline(always)]
+fn swiglu_lanes(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + crate::exp::exp(-*g)) * u;
     }
 }
 
@@ -2124,6 +2144,18 @@ mod x86 {
             }
             *s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
         }
+    }
+
+    /// [`super::F32Ops::swiglu`] compiled for AVX2's eight-float vectors.
+    pub(super) fn swiglu(_t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
+        // `swiglu_impl` touches its slices through safe indexing only.
+        unsafe { swiglu_impl(gate, up) }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn swiglu_impl(gate: &mut [f32], up: &[f32]) {
+        super::swiglu_lanes(gate, up)
     }
 
     /// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values; the caller

@@ -1,16 +1,20 @@
 //! Arbitrary bytes into the GGUF header parser, the tensor-info walk, the streaming
 //! tensor reader and the dequantizers: none may panic, hang or over-allocate.
 //!
-//! The reader's two source files are compiled in directly rather than through the
-//! `acs-llama` crate, so a sanitizer build does not have to build the tokenizer's
-//! dependency tree too.
+//! The reader's source files (and the two small modules its kernels call) are
+//! compiled in directly rather than through the `acs-llama` crate, so a sanitizer
+//! build does not have to build the tokenizer's dependency tree too.
 #![no_main]
 #![allow(dead_code)]
 
+#[path = "../../src/exp.rs"]
+mod exp;
 #[path = "../../src/gguf.rs"]
 mod gguf;
 #[path = "../../src/quant.rs"]
 mod quant;
+#[path = "../../src/team.rs"]
+mod team;
 
 use gguf::{GgufError, GgufFile, GgufHeader, HeaderParse, TensorInfo, TensorStream};
 use libfuzzer_sys::fuzz_target;

@@ -82,8 +82,25 @@ export class AcsBrowser {
   stats() { return this.#call("stats", []); }
   terminate() { this.#worker.terminate(); }
 
-  /** A `fetch` for the contract's routes (any host; the path from `/v1` on counts). */
-  fetch = async (input, init = {}) => {
+  /**
+   * A `fetch` for the contract's routes (any host; the path from `/v1` on counts).
+   * Responses carry the traffic headers a server sends (`x-ratelimit-limit-requests`,
+   * `x-ratelimit-remaining-requests`, `x-budget-remaining-tokens`), read from the
+   * page's Budget as the response starts.
+   */
+  fetch = async (input, init = {}) => this.#withTraffic(await this.#route(input, init));
+
+  async #withTraffic(res) {
+    let b;
+    try { b = await this.budget(); } catch { return res; }
+    const headers = new Headers(res.headers);
+    headers.set("x-ratelimit-limit-requests", String(b.max_running));
+    headers.set("x-ratelimit-remaining-requests", String(Math.max(0, b.max_running - b.running)));
+    headers.set("x-budget-remaining-tokens", String(Math.max(0, b.tokens_left - b.tokens_held)));
+    return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
+  }
+
+  async #route(input, init) {
     const req = input instanceof Request ? input : null;
     const url = new URL(req ? req.url : String(input), "http://acs.local/");
     const method = (init.method || req?.method || "GET").toUpperCase();
@@ -110,7 +127,7 @@ export class AcsBrowser {
       if (e instanceof AcsError && e.status) return json(e.status, e.body);
       throw e;
     }
-  };
+  }
 
   // A whole Completion, or server-sent events once the first chunk (or an error) came.
   async #completionResponse(text, signal) {

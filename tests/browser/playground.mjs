@@ -50,13 +50,17 @@ try {
     const { default: OpenAI } = await import("/vendor/openai/index.mjs");
     const client = new OpenAI({ apiKey: "in-browser", baseURL: `${location.origin}/v1`,
                                 fetch: window.acs.fetch, dangerouslyAllowBrowser: true });
-    const c = await client.completions.create({ model: "llama-8b", prompt: ["The sky is", "The grass is"], n: 2, max_tokens: 3 });
+    const { data: c, response } = await client.completions
+      .create({ model: "llama-8b", prompt: ["The sky is", "The grass is"], n: 2, max_tokens: 3 })
+      .withResponse();
+    const traffic = ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-budget-remaining-tokens"]
+      .map((h) => response.headers.get(h));
     const stream = await client.completions.create({ model: "llama-8b", prompt: "Hello", max_tokens: 3, stream: true });
     let text = "";
     for await (const chunk of stream) text += chunk.choices.map((x) => x.text).join("");
     let status = 0;
     try { await client.completions.create({ model: "nope", prompt: "x" }); } catch (e) { status = e.status; }
-    return { indexes: c.choices.map((x) => x.index), usage: c.usage, streamed: text, notFound: status };
+    return { indexes: c.choices.map((x) => x.index), usage: c.usage, streamed: text, notFound: status, traffic };
   });
   // A job, then a reload before it can finish: IndexedDB brings it back.
   await page.click("#submit-job");
@@ -91,7 +95,7 @@ try {
   const lean = (l) => !/webgpu/.test(l.text) || l.wasmMemory < l.bytes / 2;
   out.ok = lean(out.first) && lean(out.reloaded) && lean(out.picked) &&
     /from .*\.gguf.* · cpu ·/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
-    o.streamed.length > 0 && o.notFound === 404 &&
+    o.streamed.length > 0 && o.notFound === 404 && o.traffic.every((v) => /^\d+$/.test(v ?? "")) &&
     !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
     fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);
 } catch (e) {

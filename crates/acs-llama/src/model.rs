@@ -199,18 +199,57 @@ impl Tensor {
     }
 }
 
+/// The GGUF names of the tensors outside the blocks.
+pub(crate) const EMBED: &str = "token_embd.weight";
+/// The output projection; absent when it is tied to [`EMBED`].
+pub(crate) const OUTPUT: &str = "output.weight";
+/// The final norm.
+pub(crate) const OUTPUT_NORM: &str = "output_norm.weight";
+
+/// One block's tensors, a matrix `M` or a norm vector `V` each: the CPU's mapped
+/// tensors and f32 norms, the WebGPU backend's device buffers, or nothing while the
+/// loader lists what it needs. Their GGUF names and shapes are written once, in
+/// [`BlockTensors::load`].
 #[derive(Debug)]
-struct Block {
-    attn_norm: Vec<f32>,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
-    wo: Tensor,
-    ffn_norm: Vec<f32>,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
+pub(crate) struct BlockTensors<M, V> {
+    pub(crate) attn_norm: V,
+    pub(crate) wq: M,
+    pub(crate) wk: M,
+    pub(crate) wv: M,
+    pub(crate) wo: M,
+    pub(crate) ffn_norm: V,
+    pub(crate) gate: M,
+    pub(crate) up: M,
+    pub(crate) down: M,
 }
+
+impl<M, V> BlockTensors<M, V> {
+    /// Block `l`'s tensors: `matrix(state, name, cols, rows)` and
+    /// `vector(state, name, len)` provide each one.
+    pub(crate) fn load<S, E>(
+        c: &LlamaConfig,
+        l: usize,
+        state: &mut S,
+        matrix: impl Fn(&mut S, &str, usize, usize) -> Result<M, E>,
+        vector: impl Fn(&mut S, &str, usize) -> Result<V, E>,
+    ) -> Result<Self, E> {
+        let n = |part: &str| format!("blk.{l}.{part}.weight");
+        let (d, kv) = (c.d_model, c.kv_dim());
+        Ok(BlockTensors {
+            attn_norm: vector(state, &n("attn_norm"), d)?,
+            wq: matrix(state, &n("attn_q"), d, d)?,
+            wk: matrix(state, &n("attn_k"), d, kv)?,
+            wv: matrix(state, &n("attn_v"), d, kv)?,
+            wo: matrix(state, &n("attn_output"), d, d)?,
+            ffn_norm: vector(state, &n("ffn_norm"), d)?,
+            gate: matrix(state, &n("ffn_gate"), d, c.ffn)?,
+            up: matrix(state, &n("ffn_up"), d, c.ffn)?,
+            down: matrix(state, &n("ffn_down"), c.ffn, d)?,
+        })
+    }
+}
+
+type Block = BlockTensors<Tensor, Vec<f32>>;
 
 /// A loaded Llama model: weights, tokenizer and hyper-parameters.
 #[derive(Debug)]
@@ -318,33 +357,24 @@ impl Model {
         let vec = |name: &str, n: usize| -> Result<Vec<f32>, ModelError> {
             Ok(tensor(&file, name, n, 1)?.to_f32()?)
         };
-        let embed = tensor(&file, "token_embd.weight", c.d_model, c.vocab)?;
-        let output = if file
-            .header()
-            .tensors
-            .iter()
-            .any(|t| t.name == "output.weight")
-        {
-            tensor(&file, "output.weight", c.d_model, c.vocab)?
+        let embed = tensor(&file, EMBED, c.d_model, c.vocab)?;
+        let output = if file.header().tensor(OUTPUT).is_some() {
+            tensor(&file, OUTPUT, c.d_model, c.vocab)?
         } else {
             embed.clone()
         };
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for l in 0..c.n_layers {
-            let n = |part: &str| format!("blk.{l}.{part}.weight");
-            blocks.push(Block {
-                attn_norm: vec(&n("attn_norm"), c.d_model)?,
-                wq: tensor(&file, &n("attn_q"), c.d_model, c.d_model)?,
-                wk: tensor(&file, &n("attn_k"), c.d_model, c.kv_dim())?,
-                wv: tensor(&file, &n("attn_v"), c.d_model, c.kv_dim())?,
-                wo: tensor(&file, &n("attn_output"), c.d_model, c.d_model)?,
-                ffn_norm: vec(&n("ffn_norm"), c.d_model)?,
-                gate: tensor(&file, &n("ffn_gate"), c.d_model, c.ffn)?,
-                up: tensor(&file, &n("ffn_up"), c.d_model, c.ffn)?,
-                down: tensor(&file, &n("ffn_down"), c.ffn, c.d_model)?,
-            });
-        }
-        let out_norm = vec("output_norm.weight", c.d_model)?;
+        let blocks = (0..c.n_layers)
+            .map(|l| {
+                Block::load(
+                    c,
+                    l,
+                    &mut (),
+                    |_, name, cols, rows| tensor(&file, name, cols, rows),
+                    |_, name, n| vec(name, n),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out_norm = vec(OUTPUT_NORM, c.d_model)?;
         let rope_inv_freq = rope_inv_freq(c);
         Ok(Model {
             config,

@@ -24,7 +24,10 @@ use wgpu::util::DeviceExt;
 pub use wgpu;
 
 use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
-use crate::model::{LlamaConfig, Logits, ModelError, SeqInput, SeqOutput, check_dims};
+use crate::model::{
+    BlockTensors, EMBED, LlamaConfig, Logits, ModelError, OUTPUT, OUTPUT_NORM, SeqInput, SeqOutput,
+    check_dims,
+};
 use crate::quant::{self, GgmlType};
 
 /// The weight formats with a WGSL kernel here (`dequant.wgsl`).
@@ -160,18 +163,8 @@ struct GpuTensor {
     chunks: Vec<Chunk>,
 }
 
-#[derive(Debug)]
-struct GpuBlock {
-    attn_norm: wgpu::Buffer,
-    wq: GpuTensor,
-    wk: GpuTensor,
-    wv: GpuTensor,
-    wo: GpuTensor,
-    ffn_norm: wgpu::Buffer,
-    gate: GpuTensor,
-    up: GpuTensor,
-    down: GpuTensor,
-}
+/// A block's weights and norms on the device.
+type GpuBlock = BlockTensors<GpuTensor, wgpu::Buffer>;
 
 /// The compiled kernels; the weight-reading ones once per format the model uses.
 #[derive(Debug)]
@@ -397,25 +390,25 @@ impl GpuLoader {
         let c = &config;
         let mut needs = HashMap::new();
         let matrix = |cols, rows| Need::Matrix { cols, rows };
-        needs.insert("token_embd.weight".to_owned(), matrix(c.d_model, c.vocab));
-        if header.tensor("output.weight").is_some() {
-            needs.insert("output.weight".to_owned(), matrix(c.d_model, c.vocab));
+        needs.insert(EMBED.to_owned(), matrix(c.d_model, c.vocab));
+        if header.tensor(OUTPUT).is_some() {
+            needs.insert(OUTPUT.to_owned(), matrix(c.d_model, c.vocab));
         }
-        needs.insert(
-            "output_norm.weight".to_owned(),
-            Need::Vector { n: c.d_model },
-        );
+        needs.insert(OUTPUT_NORM.to_owned(), Need::Vector { n: c.d_model });
         for l in 0..c.n_layers {
-            let n = |part: &str| format!("blk.{l}.{part}.weight");
-            needs.insert(n("attn_norm"), Need::Vector { n: c.d_model });
-            needs.insert(n("ffn_norm"), Need::Vector { n: c.d_model });
-            needs.insert(n("attn_q"), matrix(c.d_model, c.d_model));
-            needs.insert(n("attn_k"), matrix(c.d_model, c.kv_dim()));
-            needs.insert(n("attn_v"), matrix(c.d_model, c.kv_dim()));
-            needs.insert(n("attn_output"), matrix(c.d_model, c.d_model));
-            needs.insert(n("ffn_gate"), matrix(c.d_model, c.ffn));
-            needs.insert(n("ffn_up"), matrix(c.d_model, c.ffn));
-            needs.insert(n("ffn_down"), matrix(c.ffn, c.d_model));
+            BlockTensors::<(), ()>::load(
+                c,
+                l,
+                &mut needs,
+                |needs, name, cols, rows| {
+                    needs.insert(name.to_owned(), matrix(cols, rows));
+                    Ok::<_, GpuError>(())
+                },
+                |needs, name, n| {
+                    needs.insert(name.to_owned(), Need::Vector { n });
+                    Ok(())
+                },
+            )?;
         }
         // A missing or misshapen tensor fails now, before a byte is uploaded.
         for (name, need) in &needs {
@@ -553,33 +546,32 @@ impl GpuLoader {
         let missing = |name: &str| {
             GpuError::from(ModelError::from(GgufError::MissingTensor(name.to_owned())))
         };
-        let mut matrix = |name: &str| self.matrices.remove(name).ok_or_else(|| missing(name));
-        let embed = matrix("token_embd.weight")?;
-        let output = if self.needs.contains_key("output.weight") {
-            Some(matrix("output.weight")?)
+        let embed = self.matrices.remove(EMBED).ok_or_else(|| missing(EMBED))?;
+        let output = if self.needs.contains_key(OUTPUT) {
+            Some(
+                self.matrices
+                    .remove(OUTPUT)
+                    .ok_or_else(|| missing(OUTPUT))?,
+            )
         } else {
             None
         };
-        let c = &self.config;
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for l in 0..c.n_layers {
-            let n = |part: &str| format!("blk.{l}.{part}.weight");
-            blocks.push(GpuBlock {
-                attn_norm: take(&mut self.vectors, &n("attn_norm"))?,
-                wq: matrix(&n("attn_q"))?,
-                wk: matrix(&n("attn_k"))?,
-                wv: matrix(&n("attn_v"))?,
-                wo: matrix(&n("attn_output"))?,
-                ffn_norm: take(&mut self.vectors, &n("ffn_norm"))?,
-                gate: matrix(&n("ffn_gate"))?,
-                up: matrix(&n("ffn_up"))?,
-                down: matrix(&n("ffn_down"))?,
-            });
-        }
-        let out_norm = take(&mut self.vectors, "output_norm.weight")?;
+        let c = self.config.clone();
+        let blocks = (0..c.n_layers)
+            .map(|l| {
+                GpuBlock::load(
+                    &c,
+                    l,
+                    &mut self,
+                    |s, name, _, _| s.matrices.remove(name).ok_or_else(|| missing(name)),
+                    |s, name, _| take(&mut s.vectors, name),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out_norm = take(&mut self.vectors, OUTPUT_NORM)?;
         let pipes = Pipelines::new(&self.device, &self.formats, embed.ty, self.layout);
         self.scopes.pop().await?;
-        let rope_inv_freq = crate::model::rope_inv_freq(c);
+        let rope_inv_freq = crate::model::rope_inv_freq(&c);
         Ok(GpuModel {
             config: self.config,
             info: self.info,

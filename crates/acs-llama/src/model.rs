@@ -417,11 +417,13 @@ impl Model {
 
     /// An empty KV cache for one sequence.
     pub fn new_cache(&self) -> KvCache {
+        let heads = self.config.n_layers * self.config.n_kv_heads;
         KvCache {
-            k: vec![Vec::new(); self.config.n_layers],
-            v: vec![Vec::new(); self.config.n_layers],
+            k: vec![Vec::new(); heads],
+            v: vec![Vec::new(); heads],
             len: 0,
-            kv_dim: self.config.kv_dim(),
+            head_dim: self.config.head_dim,
+            n_kv_heads: self.config.n_kv_heads,
         }
     }
 
@@ -510,8 +512,8 @@ impl Model {
                 self.rope(&mut k[r * kv..(r + 1) * kv], rot);
             }
             for (s, span) in batch.iter_mut().zip(&spans) {
-                s.cache.k[l].extend_from_slice(&k[span.start * kv..span.end * kv]);
-                s.cache.v[l].extend_from_slice(&v[span.start * kv..span.end * kv]);
+                let rows = span.start * kv..span.end * kv;
+                s.cache.append(l, &k[rows.clone()], &v[rows]);
             }
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
@@ -608,45 +610,44 @@ impl Model {
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, hd, kv, nkv) = (c.d_model, c.head_dim, c.kv_dim(), c.n_kv_heads);
+        let (d, hd, nkv) = (c.d_model, c.head_dim, c.n_kv_heads);
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let ops = F32Ops::detect();
         crate::team::for_each_chunk_mut(out, group * hd, |i, heads| {
             let (r, g) = (i / nkv, i % nkv);
             let cache = caches[owner[r]];
-            let (keys, values) = (&cache.k[layer][g * hd..], &cache.v[layer][g * hd..]);
+            let at = layer * nkv + g;
+            let (keys, values) = (&cache.k[at], &cache.v[at]);
             let mut scores = vec![0f32; positions[r] + 1];
             for (j, oh) in heads.chunks_exact_mut(hd).enumerate() {
                 let h = g * group + j;
                 ops.dots(
                     &q[r * d + h * hd..r * d + (h + 1) * hd],
                     keys,
-                    kv,
+                    hd,
                     &mut scores,
                 );
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)) * scale;
-                let mut sum = 0.0;
-                for s in scores.iter_mut() {
-                    *s = crate::exp::exp(*s * scale - max);
-                    sum += *s;
-                }
-                for s in scores.iter_mut() {
-                    *s /= sum;
-                }
-                ops.weighted_sum(&scores, values, kv, oh);
+                ops.softmax(&mut scores, scale);
+                ops.weighted_sum(&scores, values, hd, oh);
             }
         });
     }
 }
 
 /// One sequence's keys and values for every layer so far.
+///
+/// Each (layer, key/value head) has its own buffer of positions end to end, so that
+/// attention streams a head's keys and values through contiguous memory (whole
+/// positions side by side would make it stride over the other heads).
 #[derive(Debug, Clone)]
 pub struct KvCache {
+    /// `[layer * n_kv_heads + head]`: `len × head_dim` values.
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     len: usize,
-    kv_dim: usize,
+    head_dim: usize,
+    n_kv_heads: usize,
 }
 
 impl KvCache {
@@ -662,7 +663,21 @@ impl KvCache {
 
     /// Bytes this cache holds, for memory accounting.
     pub fn bytes(&self) -> usize {
-        2 * self.k.len() * self.len * self.kv_dim * std::mem::size_of::<f32>()
+        2 * self.k.len() * self.len * self.head_dim * std::mem::size_of::<f32>()
+    }
+
+    /// Appends layer `layer`'s keys and values of new positions (each position's
+    /// heads side by side, as the projections give them).
+    fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        let (hd, n) = (self.head_dim, self.n_kv_heads);
+        for (src, dst) in [(k, &mut self.k), (v, &mut self.v)] {
+            let heads = &mut dst[layer * n..(layer + 1) * n];
+            for pos in src.chunks_exact(hd * n) {
+                for (buf, head) in heads.iter_mut().zip(pos.chunks_exact(hd)) {
+                    buf.extend_from_slice(head);
+                }
+            }
+        }
     }
 }
 

@@ -1059,6 +1059,15 @@ impl F32Ops {
         }
     }
 
+    /// `scores = softmax(scale · scores)` in place: one head's attention weights.
+    pub fn softmax(self, scores: &mut [f32], scale: f32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Isa::Avx2(t) = self.0 {
+            return x86::softmax(t, scores, scale);
+        }
+        softmax_lanes(scores, scale);
+    }
+
     /// `gate[i] = silu(gate[i]) · up[i]`: the MLP's gated activation. The same
     /// arithmetic on every target (no fused multiply-adds), so results do not depend
     /// on the instruction set; AVX2 only makes the vectors twice as wide.
@@ -1069,6 +1078,44 @@ impl F32Ops {
             return x86::swiglu(t, gate, up);
         }
         swiglu_lanes(gate, up);
+    }
+}
+
+/// Lanes of the f32 reductions below: eight running maxima or sums that vector
+/// registers hold, where one running value would serialise the loop.
+const LANES: usize = 8;
+
+/// The body of [`F32Ops::softmax`], inlined into each instruction set's copy.
+#[inline(always)]
+fn softmax_lanes(scores: &mut [f32], scale: f32) {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let chunks = scores.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in m.iter_mut().zip(c) {
+            *m = m.max(x);
+        }
+    }
+    let max = m
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+        * scale;
+    let mut sums = [0f32; LANES];
+    let mut chunks = scores.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (s, x) in sums.iter_mut().zip(c) {
+            *x = crate::exp::exp(*x * scale - max);
+            *s += *x;
+        }
+    }
+    let mut sum: f32 = sums.iter().sum();
+    for x in chunks.into_remainder() {
+        *x = crate::exp::exp(*x * scale - max);
+        sum += *x;
+    }
+    for x in scores.iter_mut() {
+        *x /= sum;
     }
 }
 
@@ -2146,6 +2193,18 @@ mod x86 {
         }
     }
 
+    /// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors.
+    pub(super) fn softmax(_t: Avx2Token, scores: &mut [f32], scale: f32) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
+        // `softmax_impl` touches its slice through safe indexing only.
+        unsafe { softmax_impl(scores, scale) }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn softmax_impl(scores: &mut [f32], scale: f32) {
+        super::softmax_lanes(scores, scale)
+    }
+
     /// [`super::F32Ops::swiglu`] compiled for AVX2's eight-float vectors.
     pub(super) fn swiglu(_t: Avx2Token, gate: &mut [f32], up: &[f32]) {
         // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
@@ -2657,6 +2716,38 @@ mod tests {
             let mut want = vec![0f32; rows * batch];
             matmul(*ty, w, *rows, cols, &xs, &mut want).unwrap();
             assert_eq!(got, &want, "{ty:?}");
+        }
+    }
+
+    /// The lane-wise softmax against the textbook one (libm's exp, a running sum), on
+    /// lengths around the lane count, and the same result from both instruction sets.
+    #[test]
+    fn softmax_matches_the_definition() {
+        for n in [1, 2, 7, 8, 9, 15, 16, 17, 100, 1000] {
+            let scores: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.9)
+                .collect();
+            let scale = 0.125;
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let e: Vec<f64> = scores
+                .iter()
+                .map(|&x| (f64::from(x * scale) - f64::from(max * scale)).exp())
+                .collect();
+            let sum: f64 = e.iter().sum();
+            let mut got = scores.clone();
+            F32Ops::detect().softmax(&mut got, scale);
+            let mut portable = scores.clone();
+            F32Ops(Isa::Scalar).softmax(&mut portable, scale);
+            assert_eq!(got, portable, "n = {n}: instruction sets differ");
+            for (g, e) in got.iter().zip(&e) {
+                assert!(
+                    (f64::from(*g) - e / sum).abs() < 1e-6,
+                    "n = {n}: {g} vs {}",
+                    e / sum
+                );
+            }
+            let total: f32 = got.iter().sum();
+            assert!((total - 1.0).abs() < 1e-5, "n = {n}: sums to {total}");
         }
     }
 

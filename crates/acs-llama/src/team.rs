@@ -1,8 +1,8 @@
 //! The threads that share out a forward pass's parallel loops.
 //!
-//! A decode step is a chain of about 150 short parallel loops (five per block: the
-//! matmuls and attention), each tens to hundreds of microseconds long, with serial
-//! work between them. A work-stealing pool puts its idle threads to sleep within
+//! A decode step is a chain of about 300 short parallel loops (ten per block: four
+//! matmuls, the rounding of their inputs, attention, SwiGLU), each a few to a few
+//! hundred microseconds long, with serial work between them. A work-stealing pool puts its idle threads to sleep within
 //! microseconds, so most loops paid for a futex wake-up and a context switch, and the
 //! thread that asked for the loop slept too: `perf` put 10–15% of a batched step in the
 //! scheduler. Here the caller works on its own loops, and the helpers spin between

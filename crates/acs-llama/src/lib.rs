@@ -10,3 +10,5 @@ pub mod testgen;
 pub mod tokenizer;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
+
+pub use team::threads;

@@ -91,6 +91,7 @@ mod threads {
         static TEAM: OnceLock<&'static Team> = OnceLock::new();
         TEAM.get_or_init(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let cores = super::size(std::env::var("ACS_THREADS").ok().as_deref(), cores);
             let team: &'static Team = Box::leak(Box::new(Team {
                 word: Line(AtomicU64::new(0)),
                 job: Mutex::new(None),
@@ -227,6 +228,11 @@ mod threads {
         }
     }
 
+    /// The threads of the forward pass, the caller's included.
+    pub fn threads() -> usize {
+        team().helpers + 1
+    }
+
     /// Keeps the helpers awake (spinning) while `body` runs, so that its parallel
     /// loops start without waking threads. Sessions on several threads take turns.
     pub(crate) fn session<R>(body: impl FnOnce() -> R) -> R {
@@ -265,7 +271,25 @@ mod threads {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
+pub use threads::threads;
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) use threads::{run, session};
+
+/// The team's size: `ACS_THREADS` when it is a positive number (to leave cores to
+/// other work on a shared machine), else every core.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+fn size(setting: Option<&str>, cores: usize) -> usize {
+    setting
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(cores)
+}
+
+/// The threads of the forward pass: one in the browser's wasm build.
+#[cfg(target_arch = "wasm32")]
+pub fn threads() -> usize {
+    1
+}
 
 /// Runs `body` (one thread in the browser's wasm build).
 #[cfg(target_arch = "wasm32")]
@@ -343,6 +367,15 @@ mod tests {
             }
         });
         assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 201));
+    }
+
+    #[test]
+    fn acs_threads_sets_the_size_when_it_is_a_positive_number() {
+        assert_eq!(size(None, 16), 16);
+        assert_eq!(size(Some("4"), 16), 4);
+        assert_eq!(size(Some(" 32 "), 16), 32);
+        assert_eq!(size(Some("0"), 16), 16);
+        assert_eq!(size(Some("many"), 16), 16);
     }
 
     #[test]

@@ -101,7 +101,7 @@ fn decode(model: &Model, caches: &mut [KvCache], first: u32, steps: usize) -> f6
 pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let path = models::resolve(a.model)?;
     let model = models::load(&path)?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = acs_llama::threads();
     println!(
         "acs bench: {} ({} threads), prompt {} tokens, decode {} tokens, {} runs (medians)",
         path.display(),

@@ -2,6 +2,7 @@
 
 mod exp;
 pub mod gguf;
+mod lanes;
 pub mod model;
 pub mod quant;
 pub mod sample;

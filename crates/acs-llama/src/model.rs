@@ -599,7 +599,8 @@ impl Model {
     /// Causal grouped-query attention of every new row against its sequence's cache,
     /// one task per (row, key/value head) so that a single decoding sequence still
     /// uses every core, and the query heads that share a key/value head read its
-    /// cache once from memory (and then from L1) rather than each from memory.
+    /// cache once from memory (and then from the core's caches) rather than each
+    /// from memory.
     fn attention(
         &self,
         layer: usize,

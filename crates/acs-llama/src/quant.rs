@@ -1081,26 +1081,11 @@ impl F32Ops {
     }
 }
 
-/// Lanes of the f32 reductions below: eight running maxima or sums that vector
-/// registers hold, where one running value would serialise the loop.
-const LANES: usize = 8;
-
 /// The body of [`F32Ops::softmax`], inlined into each instruction set's copy.
 #[inline(always)]
 fn softmax_lanes(scores: &mut [f32], scale: f32) {
-    let mut m = [f32::NEG_INFINITY; LANES];
-    let chunks = scores.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (m, &x) in m.iter_mut().zip(c) {
-            *m = m.max(x);
-        }
-    }
-    let max = m
-        .iter()
-        .chain(rest)
-        .fold(f32::NEG_INFINITY, |a, &b| a.max(b))
-        * scale;
+    use crate::lanes::{LANES, max_of};
+    let max = max_of(scores) * scale;
     let mut sums = [0f32; LANES];
     let mut chunks = scores.chunks_exact_mut(LANES);
     for c in &mut chunks {

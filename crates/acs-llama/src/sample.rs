@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use crate::exp::exp;
+use crate::lanes::{max_of, sum_map, sum_of};
 
 /// How one sequence samples.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,44 +243,6 @@ fn keep_nucleus(weights: &mut [f32], top_p: f32) {
             *w = 0.0;
         }
     }
-}
-
-/// Vector lanes for the sampler's loops over the vocabulary: independent partial
-/// results in plain arrays, which the compiler turns into SIMD (SSE, SIMD128).
-const LANES: usize = 8;
-
-/// The largest value, ignoring NaN; negative infinity for none.
-fn max_of(v: &[f32]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; LANES];
-    let chunks = v.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (m, &x) in m.iter_mut().zip(c) {
-            *m = if x > *m { x } else { *m };
-        }
-    }
-    m.iter()
-        .chain(rest)
-        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
-}
-
-/// The sum, in lanes.
-fn sum_of(v: &[f32]) -> f32 {
-    sum_map(v, |x| x)
-}
-
-/// `Σ f(v[i])`, in lanes.
-#[inline(always)]
-fn sum_map(v: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut s = [0.0f32; LANES];
-    let chunks = v.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (s, &x) in s.iter_mut().zip(c) {
-            *s += f(x);
-        }
-    }
-    s.iter().copied().chain(rest.iter().map(|&x| f(x))).sum()
 }
 
 /// `out[i] = e^((v[i] - max) * inv_t)`: the unnormalised probabilities.

@@ -120,6 +120,17 @@ mod threads {
     /// Spins of `spin_loop` between yields of a waiting thread.
     const SPINS: u32 = 256;
 
+    /// One turn of a busy wait: a spin hint, and every [`SPINS`] turns a yield, so
+    /// that a waiting thread leaves the core to others that are runnable.
+    fn pause(spins: &mut u32) {
+        *spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(SPINS) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+
     impl Team {
         /// Claims the next tasks of loop `number` (of `n` tasks), if any are left:
         /// a share of what remains, so that early claims are large (few atomic
@@ -180,12 +191,7 @@ mod threads {
                     continue;
                 }
                 if self.awake.load(Ordering::Acquire) {
-                    spins += 1;
-                    if spins.is_multiple_of(SPINS) {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
+                    pause(&mut spins);
                     continue;
                 }
                 let mut bell = lock(&self.bell);
@@ -200,7 +206,8 @@ mod threads {
         /// Runs `f(0)`, …, `f(n - 1)` on this thread and the helpers; returns when all
         /// have, and re-raises the first panic among them.
         fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-            let n32 = u32::try_from(n).expect("fewer than 2^32 tasks per loop");
+            // The next index shares a word with the loop number.
+            assert!(u32::try_from(n).is_ok(), "fewer than 2^32 tasks per loop");
             let number = ((self.word.load(Ordering::Acquire) >> 32) as u32).wrapping_add(1);
             // SAFETY: only the lifetime is erased. Helpers call the closure only
             // after claiming one of this loop's tasks, and this function does not
@@ -214,13 +221,8 @@ mod threads {
             self.work(Job { number, task, n });
             STATE.with(|s| s.set(State::InSession));
             let mut spins = 0u32;
-            while self.done.load(Ordering::Acquire) < n32 as usize {
-                spins += 1;
-                if spins.is_multiple_of(SPINS) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+            while self.done.load(Ordering::Acquire) < n {
+                pause(&mut spins);
             }
             if let Some(p) = lock(&self.panic).take() {
                 resume_unwind(p);

@@ -1,7 +1,7 @@
 //! Arbitrary bytes into the GGUF header parser, the tensor-info walk, the streaming
 //! tensor reader and the dequantizers: none may panic, hang or over-allocate.
 //!
-//! The reader's source files (and the two small modules its kernels call) are
+//! The reader's source files (and the small modules its kernels call) are
 //! compiled in directly rather than through the `acs-llama` crate, so a sanitizer
 //! build does not have to build the tokenizer's dependency tree too.
 #![no_main]
@@ -11,6 +11,8 @@
 mod exp;
 #[path = "../../src/gguf.rs"]
 mod gguf;
+#[path = "../../src/lanes.rs"]
+mod lanes;
 #[path = "../../src/quant.rs"]
 mod quant;
 #[path = "../../src/team.rs"]

@@ -21,12 +21,39 @@ pub fn default_model() -> PathBuf {
     acs_llama::testgen::default_model_for_tests()
 }
 
-/// A fresh directory under the system temp dir.
-pub fn temp_dir(name: &str) -> PathBuf {
+/// A fresh directory under the system temp dir, removed when dropped unless the test
+/// is failing: then it stays, with the server's log, for whoever reads the failure.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh [`TempDir`] for one test.
+pub fn temp_dir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("acs-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 /// Makes a key with `acs keys create`; returns the secret.

@@ -144,10 +144,11 @@ impl SchedulerConfig {
     }
 }
 
-/// Bytes of KV cache one position takes in every layer.
+/// Bytes of KV cache one position takes in every layer (keys and values, as half
+/// floats on either backend).
 pub fn kv_bytes_per_token(model: &Model) -> usize {
     let c = &model.config;
-    2 * c.n_layers * c.kv_dim() * std::mem::size_of::<f32>()
+    2 * c.n_layers * c.kv_dim() * acs_llama::model::KV_VALUE_BYTES
 }
 
 /// One echoed prompt token: its id, log-probability (none for the first) and the

@@ -11,6 +11,8 @@
 
 use std::sync::Arc;
 
+use half::f16;
+
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
 use crate::quant::{
     self, F32Ops, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations,
@@ -513,7 +515,7 @@ impl Model {
             }
             for (s, span) in batch.iter_mut().zip(&spans) {
                 let rows = span.start * kv..span.end * kv;
-                s.cache.append(l, &k[rows.clone()], &v[rows]);
+                s.cache.append(ops, l, &k[rows.clone()], &v[rows]);
             }
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
@@ -636,16 +638,26 @@ impl Model {
     }
 }
 
+/// Bytes per cached key or value: caches hold IEEE half floats, on the CPU and on
+/// the GPU alike (see [`KvCache`]).
+pub const KV_VALUE_BYTES: usize = 2;
+
 /// One sequence's keys and values for every layer so far.
 ///
 /// Each (layer, key/value head) has its own buffer of positions end to end, so that
 /// attention streams a head's keys and values through contiguous memory (whole
 /// positions side by side would make it stride over the other heads).
+///
+/// Values are half floats, rounded to nearest even and saturated at ±65504 (what
+/// [`F32Ops::append_halves`] and the GPU's `kv_store.wgsl` compute, bit for bit): a
+/// sequence's cache takes half the memory of f32, so twice the rollouts fit in a KV
+/// budget, and attention reads half the bytes. The rounding is below what the 8-bit
+/// rounding of every matmul input already costs.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     /// `[layer * n_kv_heads + head]`: `len × head_dim` values.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<Vec<f16>>,
+    v: Vec<Vec<f16>>,
     len: usize,
     head_dim: usize,
     n_kv_heads: usize,
@@ -664,18 +676,18 @@ impl KvCache {
 
     /// Bytes this cache holds, for memory accounting.
     pub fn bytes(&self) -> usize {
-        2 * self.k.len() * self.len * self.head_dim * std::mem::size_of::<f32>()
+        2 * self.k.len() * self.len * self.head_dim * KV_VALUE_BYTES
     }
 
     /// Appends layer `layer`'s keys and values of new positions (each position's
     /// heads side by side, as the projections give them).
-    fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+    fn append(&mut self, ops: F32Ops, layer: usize, k: &[f32], v: &[f32]) {
         let (hd, n) = (self.head_dim, self.n_kv_heads);
         for (src, dst) in [(k, &mut self.k), (v, &mut self.v)] {
             let heads = &mut dst[layer * n..(layer + 1) * n];
             for pos in src.chunks_exact(hd * n) {
                 for (buf, head) in heads.iter_mut().zip(pos.chunks_exact(hd)) {
-                    buf.extend_from_slice(head);
+                    ops.append_halves(head, buf);
                 }
             }
         }

@@ -997,8 +997,9 @@ impl F32Ops {
     }
 
     /// `scores[t] = q · keys[t * stride..][..q.len()]` for every `t`: one head's
-    /// attention scores against a cache whose positions are `stride` apart.
-    pub fn dots(self, q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
+    /// attention scores against a cache (of half floats) whose positions are
+    /// `stride` apart.
+    pub fn dots(self, q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
         let n = scores.len();
         if n == 0 {
             return;
@@ -1022,11 +1023,11 @@ impl F32Ops {
                 .remainder()
                 .iter()
                 .zip(ck.remainder())
-                .map(|(a, b)| a * b)
+                .map(|(a, &b)| a * half_to_f32(b))
                 .sum();
             for (a, b) in cq.zip(ck) {
                 for l in 0..8 {
-                    acc[l] += a[l] * b[l];
+                    acc[l] += a[l] * half_to_f32(b[l]);
                 }
             }
             *s = acc.iter().sum::<f32>() + tail;
@@ -1034,8 +1035,8 @@ impl F32Ops {
     }
 
     /// `out = Σ_t weights[t] · values[t * stride..][..out.len()]`: one head's
-    /// attention output.
-    pub fn weighted_sum(self, weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    /// attention output from a cache of half floats.
+    pub fn weighted_sum(self, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
         out.fill(0.0);
         let n = weights.len();
         if n == 0 {
@@ -1054,9 +1055,21 @@ impl F32Ops {
         for (t, &w) in weights.iter().enumerate() {
             let v = &values[t * stride..t * stride + out.len()];
             for (o, &x) in out.iter_mut().zip(v) {
-                *o += w * x;
+                *o += w * half_to_f32(x);
             }
         }
+    }
+
+    /// Appends `src` to `dst` as half floats, rounded to nearest even and saturated
+    /// at ±65504 (so that no key or value becomes infinite); NaN stays NaN. F16C
+    /// rounds as [`f16::from_f32`] does, so every target stores the same bits.
+    pub fn append_halves(self, src: &[f32], dst: &mut Vec<f16>) {
+        dst.reserve(src.len());
+        #[cfg(target_arch = "x86_64")]
+        if let Isa::Avx2(t) = self.0 {
+            return x86::append_halves(t, src, dst);
+        }
+        dst.extend(src.iter().map(|&x| to_half(x)));
     }
 
     /// `scores = softmax(scale · scores)` in place: one head's attention weights.
@@ -1102,6 +1115,20 @@ fn softmax_lanes(scores: &mut [f32], scale: f32) {
     for x in scores.iter_mut() {
         *x /= sum;
     }
+}
+
+/// The half float nearest `x` (ties to even), saturated at ±65504: a KV cache value.
+pub fn to_half(x: f32) -> f16 {
+    f16::from_f32(x.clamp(-f16::MAX.to_f32(), f16::MAX.to_f32()))
+}
+
+/// `h` as f32 (exact): by table in wasm, which has no conversion instruction.
+#[inline(always)]
+fn half_to_f32(h: f16) -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return wasm::f16_table()[usize::from(h.to_bits())];
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    h.to_f32()
 }
 
 /// The body of [`F32Ops::swiglu`], inlined into each instruction set's copy.
@@ -1247,7 +1274,7 @@ mod wasm {
 
     /// Every f16 as f32: wasm has no f16 conversion instruction, and the software
     /// one costs more per block than the block's 32 multiplies.
-    fn f16_table() -> &'static [f32] {
+    pub(super) fn f16_table() -> &'static [f32] {
         static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
         TABLE.get_or_init(|| (0..=u16::MAX).map(|h| f16::from_bits(h).to_f32()).collect())
     }
@@ -1353,6 +1380,7 @@ mod x86 {
     //! use the activation block sums.
 
     use super::{BlockQ8, GROUP, GgmlType, PANEL, QK, QuantizedActivations, unpack_scales_k4};
+    use half::f16;
     use std::arch::x86_64::*;
 
     /// Proof that AVX2, FMA and F16C are available (and AVX-VNNI when `vnni` is set):
@@ -2157,25 +2185,58 @@ mod x86 {
     /// The head width the attention kernels are unrolled for (most Llama models').
     pub(super) const HEAD: usize = 64;
 
+    /// Eight half floats of `h` from `at` as f32.
+    #[inline(always)]
+    fn load8h(h: &[f16], at: usize) -> __m256 {
+        let h: &[f16; 8] = h[at..at + 8].try_into().expect("8 halves");
+        // SAFETY: `h` is 8 readable halves (16 bytes); the load is unaligned, and
+        // callers enable F16C.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())) }
+    }
+
     /// [`super::F32Ops::dots`] for heads of [`HEAD`] values; the caller checked that
     /// `keys` holds every position.
-    pub(super) fn dots(_t: Avx2Token, q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
-        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2 and
-        // FMA; `dots_impl` reads and writes its slices through checked slicing only.
+    pub(super) fn dots(_t: Avx2Token, q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
+        // and F16C; `dots_impl` reads and writes its slices through checked slicing
+        // only.
         unsafe { dots_impl(q, keys, stride, scores) }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    fn dots_impl(q: &[f32], keys: &[f32], stride: usize, scores: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dots_impl(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
         let qv: [__m256; HEAD / 8] = std::array::from_fn(|l| load8f(&q[8 * l..]));
         for (t, s) in scores.iter_mut().enumerate() {
             let k = &keys[t * stride..t * stride + HEAD];
             let mut acc = [_mm256_setzero_ps(); 2];
             for l in 0..HEAD / 8 {
-                acc[l % 2] = _mm256_fmadd_ps(qv[l], load8f(&k[8 * l..]), acc[l % 2]);
+                acc[l % 2] = _mm256_fmadd_ps(qv[l], load8h(k, 8 * l), acc[l % 2]);
             }
             *s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
         }
+    }
+
+    /// [`super::F32Ops::append_halves`] with F16C, eight values at a time.
+    pub(super) fn append_halves(_t: Avx2Token, src: &[f32], dst: &mut Vec<f16>) {
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2 and
+        // F16C; `append_halves_impl` touches its slices through checked slicing only.
+        unsafe { append_halves_impl(src, dst) }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    fn append_halves_impl(src: &[f32], dst: &mut Vec<f16>) {
+        let (lo, hi) = (_mm256_set1_ps(-65504.0), _mm256_set1_ps(65504.0));
+        let mut chunks = src.chunks_exact(8);
+        for c in &mut chunks {
+            // max(lo, x) and min(hi, ·) return x when it is NaN, as `clamp` does.
+            let x = _mm256_min_ps(hi, _mm256_max_ps(lo, load8f(c)));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            let mut o = [f16::ZERO; 8];
+            // SAFETY: `o` is 8 writable halves (16 bytes); the store is unaligned.
+            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), h) };
+            dst.extend_from_slice(&o);
+        }
+        dst.extend(chunks.remainder().iter().map(|&x| super::to_half(x)));
     }
 
     /// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors.
@@ -2207,23 +2268,24 @@ mod x86 {
     pub(super) fn weighted_sum(
         _t: Avx2Token,
         weights: &[f32],
-        values: &[f32],
+        values: &[f16],
         stride: usize,
         out: &mut [f32],
     ) {
-        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2 and
-        // FMA; `weighted_sum_impl` touches its slices through checked slicing only.
+        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
+        // and F16C; `weighted_sum_impl` touches its slices through checked slicing
+        // only.
         unsafe { weighted_sum_impl(weights, values, stride, out) }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    fn weighted_sum_impl(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weighted_sum_impl(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
         let mut acc = [_mm256_setzero_ps(); HEAD / 8];
         for (t, &w) in weights.iter().enumerate() {
             let v = &values[t * stride..t * stride + HEAD];
             let w = _mm256_set1_ps(w);
             for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(w, load8f(&v[8 * l..]), *a);
+                *a = _mm256_fmadd_ps(w, load8h(v, 8 * l), *a);
             }
         }
         for (l, a) in acc.iter().enumerate() {
@@ -2733,6 +2795,89 @@ mod tests {
             }
             let total: f32 = got.iter().sum();
             assert!((total - 1.0).abs() < 1e-5, "n = {n}: sums to {total}");
+        }
+    }
+
+    /// KV cache values: the nearest half (ties to even), ±65504 past the finite range,
+    /// the same bits from F16C as from the portable conversion (lengths that leave
+    /// remainders past the eight-wide loop).
+    #[test]
+    fn cache_halves_round_to_nearest_and_saturate() {
+        let cases = [
+            (1.0f32, 0x3c00u16),
+            (-2.0, 0xc000),
+            (65504.0, 0x7bff),
+            (65519.0, 0x7bff),
+            (1e9, 0x7bff),
+            (f32::INFINITY, 0x7bff),
+            (f32::NEG_INFINITY, 0xfbff),
+            // 1 + 2^-11 lies halfway between 1 and the next half: ties to even (1).
+            (1.000_488_3, 0x3c00),
+            // 1 + 3·2^-11 lies halfway between two odd/even neighbours: up to even.
+            (1.001_464_8, 0x3c02),
+            // The smallest subnormal half, and half of it (a tie, to even: zero).
+            (5.960_464_5e-8, 0x0001),
+            (2.980_232_2e-8, 0x0000),
+        ];
+        for (x, bits) in cases {
+            assert_eq!(to_half(x).to_bits(), bits, "{x:e}");
+        }
+        for n in [1, 7, 8, 9, 64, 67] {
+            let xs: Vec<f32> = (0..n)
+                .map(|i| match i % 5 {
+                    0 => i as f32 * 1.37e-6,
+                    1 => -(i as f32) * 1013.7,
+                    2 => 7e4 * i as f32,
+                    3 => (i as f32).sin() / 3.0,
+                    _ => -6.1e-5 / (i as f32 + 1.0),
+                })
+                .collect();
+            let mut got = vec![f16::ONE];
+            F32Ops::detect().append_halves(&xs, &mut got);
+            let mut portable = vec![f16::ONE];
+            F32Ops(Isa::Scalar).append_halves(&xs, &mut portable);
+            assert_eq!(got, portable, "n = {n}: instruction sets differ");
+            assert_eq!(got.len(), n + 1, "appended after what was there");
+            for (x, h) in xs.iter().zip(&got[1..]) {
+                let back = h.to_f32();
+                // Half a unit in the last place: 2^-11 relative, 2^-25 among subnormals.
+                let ulp_half = (x.abs().min(65504.0) / 2048.0).max(2.0f32.powi(-25));
+                assert!(
+                    (back - x.clamp(-65504.0, 65504.0)).abs() <= ulp_half,
+                    "{x:e} stored as {back:e}"
+                );
+            }
+        }
+    }
+
+    /// Attention over a cache of halves: both instruction sets, against f64 sums of
+    /// the same (already rounded) values.
+    #[test]
+    fn dots_and_weighted_sums_read_halves() {
+        let hd = 64;
+        let n = 13;
+        let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.37).cos()).collect();
+        let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
+        let mut cache = Vec::new();
+        F32Ops(Isa::Scalar).append_halves(&xs, &mut cache);
+        let w: Vec<f32> = (0..n).map(|t| 1.0 / (t as f32 + 2.0)).collect();
+        for ops in [F32Ops::detect(), F32Ops(Isa::Scalar)] {
+            let mut scores = vec![0f32; n];
+            ops.dots(&q, &cache, hd, &mut scores);
+            let mut out = vec![0f32; hd];
+            ops.weighted_sum(&w, &cache, hd, &mut out);
+            for t in 0..n {
+                let want: f64 = (0..hd)
+                    .map(|e| f64::from(q[e]) * f64::from(cache[t * hd + e].to_f32()))
+                    .sum();
+                assert!((f64::from(scores[t]) - want).abs() < 1e-4, "{t}");
+            }
+            for e in 0..hd {
+                let want: f64 = (0..n)
+                    .map(|t| f64::from(w[t]) * f64::from(cache[t * hd + e].to_f32()))
+                    .sum();
+                assert!((f64::from(out[e]) - want).abs() < 1e-4, "{e}");
+            }
         }
     }
 

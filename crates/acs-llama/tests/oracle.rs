@@ -1,6 +1,7 @@
 //! The default model against llama.cpp's reference data (shared/oracle): the same
-//! token ids, the same top-5 at the last position with logits within 1.0, and the same
-//! greedy choice wherever llama.cpp's own margin is wide (above 1.0).
+//! token ids, the same top-5 at the last position with logits within 1.0 (in
+//! llama.cpp's order wherever its gap between neighbours exceeds [`ORDER_GAP`]), and
+//! the same greedy choice wherever llama.cpp's own margin is wide (above 1.0).
 //!
 //! Needs the default model: `scripts/fetch-model.sh` puts it where
 //! `acs_llama::testgen::default_model_for_tests` looks (or set `ACS_TEST_MODEL`). Without it the test fails.
@@ -12,6 +13,12 @@ mod llama_cpp_oracle;
 use acs_llama::model::{KvCache, Logits, Model, SeqInput};
 use acs_llama::sample::top_k_indices;
 use llama_cpp_oracle::{ids, oracle, top5_last};
+
+/// Neighbours of llama.cpp's top-5 closer than this may come in either order: the
+/// two engines round activations to 8 bits at different points, and their logits for
+/// these prompts differ by up to about 0.2 (0.184 with an f32 KV cache here, 0.138
+/// with the f16 one that llama.cpp uses too); "The sky is" has a pair 0.096 apart.
+const ORDER_GAP: f32 = 0.5;
 
 fn load() -> Model {
     Model::open(acs_llama::testgen::default_model_for_tests()).expect("default model loads")
@@ -42,11 +49,22 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
         let logits = step(&model, &mut cache, &want);
         let top5: Vec<usize> = top_k_indices(&logits, 5);
         let ref_top5 = top5_last(p);
-        assert_eq!(
-            top5,
-            ref_top5.iter().map(|e| e.0).collect::<Vec<_>>(),
-            "top-5 ids of {text:?}"
-        );
+        let mut sorted = top5.clone();
+        sorted.sort_unstable();
+        let mut ref_sorted: Vec<usize> = ref_top5.iter().map(|e| e.0).collect();
+        ref_sorted.sort_unstable();
+        assert_eq!(sorted, ref_sorted, "top-5 ids of {text:?}: {top5:?}");
+        for pair in ref_top5.windows(2) {
+            let ((a, la), (b, lb)) = (pair[0], pair[1]);
+            if la - lb > ORDER_GAP {
+                assert!(
+                    logits[a] > logits[b],
+                    "{text:?}: {a} before {b} ({la} vs {lb}) but {} vs {}",
+                    logits[a],
+                    logits[b]
+                );
+            }
+        }
         let mut worst = 0f32;
         for &(id, l) in &ref_top5 {
             let diff = (logits[id] - l).abs();
@@ -57,7 +75,7 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
                 logits[id]
             );
         }
-        println!("{text:?}: top-5 equal, largest logit difference {worst:.3}");
+        println!("{text:?}: same top-5, largest logit difference {worst:.3}");
 
         // Teacher-forced greedy: feed llama.cpp's tokens, compare top-1 where the
         // reference margin is wide.

@@ -8,8 +8,12 @@
 //! 1e-7 noise puts it on the other side on one backend. One such flip moves that
 //! value by 1/127 of its block's largest, which reaches the logits as up to ~1.5%
 //! (measured on these models; it stays in the KV cache, so later positions of the
-//! sequence carry a smaller echo of it). So: every position within [`FLIP`], at most a
-//! few within the flip band, and greedy decoding picks the same tokens throughout.
+//! sequence carry a smaller echo of it). The KV cache's rounding to half floats is a
+//! second such boundary, finer (2^-11 of the value) and met by every key and value:
+//! one key that rounds the other way can push a later 8-bit rounding over, so flips
+//! come earlier in a sequence (the K-quant models flip at most of their positions, at
+//! the same ~1.5%). So: every position within [`FLIP`], and greedy decoding picks the
+//! same tokens throughout.
 //!
 //! Needs a WebGPU adapter; software ones count (lavapipe: apt `mesa-vulkan-drivers`).
 //! Run: `cargo test -p acs-llama --features webgpu --test webgpu`.
@@ -166,7 +170,7 @@ impl Diffs {
     /// by [`Diffs::add`]; how many positions exceed [`TIGHT`] is reported, not bounded:
     /// one 8-bit rounding that flips early in a prompt moves every later position of
     /// that sequence through the KV cache, so the count says where a flip happened
-    /// (seen: 1 of 72 for Q8_0, 6 to 13 of 25 for Q5_K), not how often.
+    /// (seen: 2 of 72 for Q8_0, 12 to 24 of 25 for the K-quants), not how often.
     fn check(&self, what: &str) {
         eprintln!(
             "{what}: {} positions, max relative diff {:.2e} without a flip; {} flipped; \

@@ -1,6 +1,7 @@
 // Causal grouped-query attention of one sequence's new rows against its cache (which
-// already holds them). One workgroup per (new row, head): scores into S, softmax, then
-// the weighted sum of values, with the operations of model.rs's attention in order.
+// already holds them, as half floats two to a word: kv_store.wgsl). One workgroup per
+// (new row, head): scores into S, softmax, then the weighted sum of values, with the
+// operations of model.rs's attention in order.
 
 struct Params {
     row0: u32,
@@ -15,8 +16,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
-@group(0) @binding(1) var<storage, read> K: array<f32>;
-@group(0) @binding(2) var<storage, read> V: array<f32>;
+@group(0) @binding(1) var<storage, read> K: array<u32>;
+@group(0) @binding(2) var<storage, read> V: array<u32>;
 @group(0) @binding(3) var<storage, read_write> S: array<f32>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<uniform> P: Params;
@@ -57,8 +58,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     var m = bitcast<f32>(0xff7fffffu);
     for (var t = lid; t < n; t += 64u) {
         var s = 0.0;
-        for (var e = 0u; e < P.head_dim; e++) {
-            s += Q[qo + e] * K[t * P.kv + ko + e];
+        // Heads start at even values (head_dim is even), so pairs never straddle words.
+        for (var e = 0u; e < P.head_dim; e += 2u) {
+            let k = unpack2x16float(K[(t * P.kv + ko + e) / 2u]);
+            s += Q[qo + e] * k.x;
+            s += Q[qo + e + 1u] * k.y;
         }
         s = s * P.scale;
         S[so + t] = s;
@@ -76,7 +80,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     for (var e = lid; e < P.head_dim; e += 64u) {
         var acc = 0.0;
         for (var t = 0u; t < n; t++) {
-            acc += S[so + t] / total * V[t * P.kv + ko + e];
+            let v = unpack2x16float(V[(t * P.kv + ko + e) / 2u]);
+            acc += S[so + t] / total * select(v.x, v.y, (e & 1u) == 1u);
         }
         O[qo + e] = acc;
     }

@@ -10,7 +10,8 @@
 //! A step is recorded as a list of dispatches and buffer copies and submitted once;
 //! only the logits of the rows that sample (and any captured activations) come back.
 //! Each sequence's KV cache lives on the device ([`GpuCache`]), one buffer for keys
-//! and one for values, laid out `[layer][position][kv_dim]`, grown by doubling.
+//! and one for values, laid out `[layer][position][kv_dim]` in half floats (stored by
+//! `kv_store.wgsl` with the CPU cache's rounding), grown by doubling.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,8 +26,8 @@ pub use wgpu;
 
 use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
 use crate::model::{
-    BlockTensors, EMBED, LlamaConfig, Logits, ModelError, OUTPUT, OUTPUT_NORM, SeqInput, SeqOutput,
-    check_dims,
+    BlockTensors, EMBED, KV_VALUE_BYTES, LlamaConfig, Logits, ModelError, OUTPUT, OUTPUT_NORM,
+    SeqInput, SeqOutput, check_dims,
 };
 use crate::quant::{self, GgmlType};
 
@@ -179,6 +180,7 @@ struct Pipelines {
     swiglu: wgpu::ComputePipeline,
     add: wgpu::ComputePipeline,
     attention: wgpu::ComputePipeline,
+    kv_store: wgpu::ComputePipeline,
 }
 
 /// A Llama model whose weights live on a WebGPU device.
@@ -206,7 +208,8 @@ pub struct GpuModel {
 /// One sequence's keys and values on the device.
 #[derive(Debug, Default)]
 pub struct GpuCache {
-    /// `[layer][cap][kv_dim]` keys and values; `None` until the first token.
+    /// `[layer][cap][kv_dim]` keys and values, half floats two to a word (as the CPU's
+    /// [`crate::model::KvCache`] holds them); `None` until the first token.
     kv: Option<(wgpu::Buffer, wgpu::Buffer)>,
     len: usize,
     cap: usize,
@@ -1073,7 +1076,7 @@ impl GpuModel {
             .max(2 * cache.cap)
             .next_multiple_of(CACHE_STEP)
             .min(ctx);
-        let layer_bytes = (cap * c.kv_dim() * 4) as u64;
+        let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
         let total = layer_bytes * c.n_layers as u64;
         let limit = self.limits.max_storage_buffer_binding_size;
         if layer_bytes > limit || total > self.limits.max_buffer_size {
@@ -1090,7 +1093,7 @@ impl GpuModel {
     /// buffers as the step's first commands.
     fn grow(&self, cache: &mut GpuCache, cap: usize, rec: &mut Recorder<'_>) {
         let c = &self.config;
-        let layer_bytes = (cap * c.kv_dim() * 4) as u64;
+        let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
         let make = |label| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
@@ -1101,7 +1104,7 @@ impl GpuModel {
         };
         let (nk, nv) = (make("kv cache k"), make("kv cache v"));
         if let Some((ok, ov)) = &cache.kv {
-            let used = (cache.len * c.kv_dim() * 4) as u64;
+            let used = (cache.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
             if used > 0 {
                 for l in 0..c.n_layers as u64 {
                     for (old, new) in [(ok, &nk), (ov, &nv)] {
@@ -1249,20 +1252,18 @@ impl GpuModel {
             return;
         };
         let base = layer as u64 * cache.layer_bytes;
-        for (src, dst) in [(k, ck), (v, cv)] {
-            rec.ops.push(Op::Copy {
-                src: src.clone(),
-                src_off: (span.start * kv * 4) as u64,
-                dst: dst.clone(),
-                dst_off: base + (cache.len * kv * 4) as u64,
-                size: (span.len() * kv * 4) as u64,
-            });
-        }
         let slice = |b: &wgpu::Buffer| Binding {
             buf: b.clone(),
             offset: base,
             size: Some(cache.layer_bytes),
         };
+        let words = (span.len() * kv / 2) as u32;
+        rec.dispatch(
+            &self.pipes.kv_store,
+            [whole(k), whole(v), slice(ck), slice(cv)],
+            &[span.start as u32, cache.len as u32, words, kv as u32],
+            groups_1d(words),
+        );
         let p = [
             span.start as u32,
             cache.len as u32,
@@ -1341,6 +1342,7 @@ impl Pipelines {
             swiglu: make("swiglu", include_str!("swiglu.wgsl")),
             add: make("add", include_str!("add.wgsl")),
             attention: make("attention", include_str!("attention.wgsl")),
+            kv_store: make("kv_store", include_str!("kv_store.wgsl")),
         }
     }
 }
@@ -1734,5 +1736,154 @@ impl ErrorScopes {
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use crate::quant::to_half;
+
+    /// kv_store.wgsl's rounding against the CPU cache's, bit for bit, on the values
+    /// where conversions differ: ties, subnormals, the edge of the finite range,
+    /// infinities and NaN. Needs an adapter (lavapipe counts).
+    #[test]
+    fn the_gpu_cache_rounds_as_the_cpu_cache() {
+        let mut xs: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.1,
+            1.0 / 3.0,
+            65504.0,
+            65519.0,
+            65520.0,
+            1e6,
+            7e4,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            6.1035156e-5,
+            6.0e-5,
+            5.9604645e-8,
+            2.9802322e-8,
+            2.9802326e-8,
+            8.940697e-8,
+            1.0009766,
+            f32::from_bits(0x3f80_1000), // 1 + 2^-11: a tie
+            f32::from_bits(0x3f80_3000), // 1 + 3 * 2^-11: a tie
+            2048.5,
+            2049.0,
+            2051.0,
+        ];
+        // A spread over every exponent a half reaches and beyond, with odd mantissas.
+        let mut s = 0x9e37_79b9u32;
+        for _ in 0..20_000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let exp = 100 + (s >> 8) % 45; // 2^-27 .. 2^17
+            xs.push(f32::from_bits(
+                (s & 0x8000_0000) | (exp << 23) | (s & 0x7f_ffff),
+            ));
+        }
+        if xs.len() % 2 == 1 {
+            xs.push(0.5);
+        }
+        let gpu = pollster::block_on(run_kv_store(&xs));
+        for (i, &x) in xs.iter().enumerate() {
+            let want = to_half(x).to_bits();
+            let got = (gpu[i / 2] >> (16 * (i % 2))) as u16;
+            if x.is_nan() {
+                assert!(half::f16::from_bits(got).is_nan(), "{x}: {got:#06x}");
+            } else {
+                assert_eq!(got, want, "{x:e} ({:#010x})", x.to_bits());
+            }
+        }
+    }
+
+    /// `xs` as both keys and values of one row, through kv_store.wgsl into a cache
+    /// buffer read back as words.
+    async fn run_kv_store(xs: &[f32]) -> Vec<u32> {
+        let adapter = pick_adapter(true).await.expect("an adapter");
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor::default())
+            .await
+            .expect("a device");
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("kv_store"),
+            source: wgpu::ShaderSource::Wgsl(include_str!("kv_store.wgsl").into()),
+        });
+        let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("kv_store"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let input = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: &bytes,
+            usage: STORAGE,
+        });
+        let size = (xs.len() * 2) as u64;
+        let cache = |label| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage: STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (ck, cv) = (cache("k"), cache("v"));
+        let words = (xs.len() / 2) as u32;
+        let params: Vec<u8> = [0, 0, words, xs.len() as u32]
+            .iter()
+            .flat_map(|w: &u32| w.to_le_bytes())
+            .collect();
+        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: &params,
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = [&input, &input, &ck, &cv, &uniform]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipe.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipe);
+            pass.set_bind_group(0, &group, &[]);
+            let (x, y, z) = groups_1d(words);
+            pass.dispatch_workgroups(x, y, z);
+        }
+        enc.copy_buffer_to_buffer(&cv, 0, &readback, 0, size);
+        queue.submit([enc.finish()]);
+        map_read(&device, &readback).await.expect("read back");
+        let view = readback.get_mapped_range(..).expect("mapped");
+        view.chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
     }
 }

@@ -622,18 +622,15 @@ impl Model {
             let cache = caches[owner[r]];
             let at = layer * nkv + g;
             let (keys, values) = (&cache.k[at], &cache.v[at]);
-            let mut scores = vec![0f32; positions[r] + 1];
-            for (j, oh) in heads.chunks_exact_mut(hd).enumerate() {
-                let h = g * group + j;
-                ops.dots(
-                    &q[r * d + h * hd..r * d + (h + 1) * hd],
-                    keys,
-                    hd,
-                    &mut scores,
-                );
-                ops.softmax(&mut scores, scale);
-                ops.weighted_sum(&scores, values, hd, oh);
+            // The group's query heads lie side by side in the row.
+            let q = &q[r * d + g * group * hd..r * d + (g + 1) * group * hd];
+            let n = positions[r] + 1;
+            let mut scores = vec![0f32; group * n];
+            ops.dots(q, group, keys, hd, &mut scores);
+            for row in scores.chunks_exact_mut(n) {
+                ops.softmax(row, scale);
             }
+            ops.weighted_sum(&scores, group, values, hd, heads);
         });
     }
 }

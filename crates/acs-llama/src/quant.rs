@@ -996,66 +996,91 @@ impl F32Ops {
         F32Ops(Isa::detect())
     }
 
-    /// `scores[t] = q · keys[t * stride..][..q.len()]` for every `t`: one head's
-    /// attention scores against a cache (of half floats) whose positions are
-    /// `stride` apart.
-    pub fn dots(self, q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
-        let n = scores.len();
+    /// `scores[h][t] = q[h] · keys[t * stride..][..head_dim]` for every query head
+    /// `h` and position `t`: the attention scores of `heads` query heads that share
+    /// one key/value head, against a cache (of half floats) whose positions are
+    /// `stride` apart. `q` holds the heads side by side, `scores` one row of
+    /// positions per head. The heads go through the keys together, so each key is
+    /// read and widened once for all of them; each score is summed as it would be
+    /// alone.
+    pub fn dots(self, q: &[f32], heads: usize, keys: &[f16], stride: usize, scores: &mut [f32]) {
+        let (hd, n) = (q.len() / heads.max(1), scores.len() / heads.max(1));
+        assert!(
+            heads > 0 && q.len() == heads * hd && scores.len() == heads * n,
+            "{heads} heads of queries and scores"
+        );
         if n == 0 {
             return;
         }
         assert!(
-            (n - 1) * stride + q.len() <= keys.len(),
+            (n - 1) * stride + hd <= keys.len(),
             "keys too short for {n} positions"
         );
         #[cfg(target_arch = "x86_64")]
         if let Isa::Avx2(t) = self.0
-            && q.len() == x86::HEAD
+            && hd == x86::HEAD
         {
-            return x86::dots(t, q, keys, stride, scores);
+            return x86::dots(t, q, heads, keys, stride, scores);
         }
-        for (t, s) in scores.iter_mut().enumerate() {
-            let k = &keys[t * stride..t * stride + q.len()];
-            // Eight running sums the compiler can keep in vector lanes.
-            let mut acc = [0f32; 8];
-            let (cq, ck) = (q.chunks_exact(8), k.chunks_exact(8));
-            let tail: f32 = cq
-                .remainder()
-                .iter()
-                .zip(ck.remainder())
-                .map(|(a, &b)| a * half_to_f32(b))
-                .sum();
-            for (a, b) in cq.zip(ck) {
-                for l in 0..8 {
-                    acc[l] += a[l] * half_to_f32(b[l]);
+        for (qh, sh) in q.chunks_exact(hd).zip(scores.chunks_exact_mut(n)) {
+            for (t, s) in sh.iter_mut().enumerate() {
+                let k = &keys[t * stride..t * stride + hd];
+                // Eight running sums the compiler can keep in vector lanes.
+                let mut acc = [0f32; 8];
+                let (cq, ck) = (qh.chunks_exact(8), k.chunks_exact(8));
+                let tail: f32 = cq
+                    .remainder()
+                    .iter()
+                    .zip(ck.remainder())
+                    .map(|(a, &b)| a * half_to_f32(b))
+                    .sum();
+                for (a, b) in cq.zip(ck) {
+                    for l in 0..8 {
+                        acc[l] += a[l] * half_to_f32(b[l]);
+                    }
                 }
+                *s = acc.iter().sum::<f32>() + tail;
             }
-            *s = acc.iter().sum::<f32>() + tail;
         }
     }
 
-    /// `out = Σ_t weights[t] · values[t * stride..][..out.len()]`: one head's
-    /// attention output from a cache of half floats.
-    pub fn weighted_sum(self, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+    /// `out[h] = Σ_t weights[h][t] · values[t * stride..][..head_dim]`: the attention
+    /// output of `heads` query heads that share one key/value head, from a cache of
+    /// half floats (`weights` one row of positions per head, `out` the heads side by
+    /// side). As in [`F32Ops::dots`], each value is widened once for all the heads.
+    pub fn weighted_sum(
+        self,
+        weights: &[f32],
+        heads: usize,
+        values: &[f16],
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        let (hd, n) = (out.len() / heads.max(1), weights.len() / heads.max(1));
+        assert!(
+            heads > 0 && out.len() == heads * hd && weights.len() == heads * n,
+            "{heads} heads of weights and outputs"
+        );
         out.fill(0.0);
-        let n = weights.len();
         if n == 0 {
             return;
         }
         assert!(
-            (n - 1) * stride + out.len() <= values.len(),
+            (n - 1) * stride + hd <= values.len(),
             "values too short for {n} positions"
         );
         #[cfg(target_arch = "x86_64")]
         if let Isa::Avx2(t) = self.0
-            && out.len() == x86::HEAD
+            && hd == x86::HEAD
         {
-            return x86::weighted_sum(t, weights, values, stride, out);
+            return x86::weighted_sum(t, weights, heads, values, stride, out);
         }
-        for (t, &w) in weights.iter().enumerate() {
-            let v = &values[t * stride..t * stride + out.len()];
-            for (o, &x) in out.iter_mut().zip(v) {
-                *o += w * half_to_f32(x);
+        for (wh, oh) in weights.chunks_exact(n).zip(out.chunks_exact_mut(hd)) {
+            for (t, &w) in wh.iter().enumerate() {
+                let v = &values[t * stride..t * stride + hd];
+                for (o, &x) in oh.iter_mut().zip(v) {
+                    *o += w * half_to_f32(x);
+                }
             }
         }
     }
@@ -2194,25 +2219,47 @@ mod x86 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())) }
     }
 
-    /// [`super::F32Ops::dots`] for heads of [`HEAD`] values; the caller checked that
-    /// `keys` holds every position.
-    pub(super) fn dots(_t: Avx2Token, q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
-        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
-        // and F16C; `dots_impl` reads and writes its slices through checked slicing
-        // only.
-        unsafe { dots_impl(q, keys, stride, scores) }
+    /// [`super::F32Ops::dots`] for heads of [`HEAD`] values, four query heads at a
+    /// time at most; the caller checked that `keys` holds every position.
+    pub(super) fn dots(
+        _t: Avx2Token,
+        q: &[f32],
+        heads: usize,
+        keys: &[f16],
+        stride: usize,
+        scores: &mut [f32],
+    ) {
+        let n = scores.len() / heads;
+        for (q, scores) in q.chunks(4 * HEAD).zip(scores.chunks_mut(4 * n)) {
+            // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
+            // FMA and F16C; `dots_impl` reads and writes its slices through checked
+            // slicing only.
+            unsafe {
+                match q.len() / HEAD {
+                    1 => dots_impl::<1>(q, keys, stride, scores),
+                    2 => dots_impl::<2>(q, keys, stride, scores),
+                    3 => dots_impl::<3>(q, keys, stride, scores),
+                    _ => dots_impl::<4>(q, keys, stride, scores),
+                }
+            }
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn dots_impl(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
-        let qv: [__m256; HEAD / 8] = std::array::from_fn(|l| load8f(&q[8 * l..]));
-        for (t, s) in scores.iter_mut().enumerate() {
+    fn dots_impl<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
+        let n = scores.len() / G;
+        for t in 0..n {
             let k = &keys[t * stride..t * stride + HEAD];
-            let mut acc = [_mm256_setzero_ps(); 2];
+            let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for l in 0..HEAD / 8 {
-                acc[l % 2] = _mm256_fmadd_ps(qv[l], load8h(k, 8 * l), acc[l % 2]);
+                let kl = load8h(k, 8 * l);
+                for (h, a) in acc.iter_mut().enumerate() {
+                    a[l % 2] = _mm256_fmadd_ps(load8f(&q[h * HEAD + 8 * l..]), kl, a[l % 2]);
+                }
             }
-            *s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+            for (h, a) in acc.iter().enumerate() {
+                scores[h * n + t] = hsum_ps(_mm256_add_ps(a[0], a[1]));
+            }
         }
     }
 
@@ -2263,35 +2310,64 @@ mod x86 {
         super::swiglu_lanes(gate, up)
     }
 
-    /// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values; the caller
-    /// checked that `values` holds every position and zeroed `out`.
+    /// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values, four query heads
+    /// at a time at most; the caller checked that `values` holds every position.
     pub(super) fn weighted_sum(
         _t: Avx2Token,
+        weights: &[f32],
+        heads: usize,
+        values: &[f16],
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        let n = weights.len() / heads;
+        for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * HEAD)) {
+            // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
+            // FMA and F16C; `weighted_sum_impl` touches its slices through checked
+            // slicing only.
+            unsafe {
+                match out.len() / HEAD {
+                    1 => weighted_sum_impl::<1, 8>(weights, values, stride, out),
+                    2 => weighted_sum_impl::<2, 4>(weights, values, stride, out),
+                    3 => weighted_sum_impl::<3, 4>(weights, values, stride, out),
+                    _ => weighted_sum_impl::<4, 2>(weights, values, stride, out),
+                }
+            }
+        }
+    }
+
+    /// `C` eight-value pieces of each head per pass over the positions, so that the
+    /// `G × C` accumulators stay in the sixteen registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weighted_sum_impl<const G: usize, const C: usize>(
         weights: &[f32],
         values: &[f16],
         stride: usize,
         out: &mut [f32],
     ) {
-        // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
-        // and F16C; `weighted_sum_impl` touches its slices through checked slicing
-        // only.
-        unsafe { weighted_sum_impl(weights, values, stride, out) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn weighted_sum_impl(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
-        let mut acc = [_mm256_setzero_ps(); HEAD / 8];
-        for (t, &w) in weights.iter().enumerate() {
-            let v = &values[t * stride..t * stride + HEAD];
-            let w = _mm256_set1_ps(w);
-            for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(w, load8h(v, 8 * l), *a);
+        let n = weights.len() / G;
+        for pass in 0..HEAD / (8 * C) {
+            let at = 8 * C * pass;
+            let mut acc = [[_mm256_setzero_ps(); C]; G];
+            for t in 0..n {
+                let v = &values[t * stride + at..t * stride + at + 8 * C];
+                let w: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(weights[h * n + t]));
+                for l in 0..C {
+                    let vl = load8h(v, 8 * l);
+                    for (a, &wh) in acc.iter_mut().zip(&w) {
+                        a[l] = _mm256_fmadd_ps(wh, vl, a[l]);
+                    }
+                }
             }
-        }
-        for (l, a) in acc.iter().enumerate() {
-            let o: &mut [f32; 8] = (&mut out[8 * l..8 * l + 8]).try_into().expect("8 floats");
-            // SAFETY: `o` is 8 writable floats; the store is unaligned.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+            for (h, a) in acc.iter().enumerate() {
+                for (l, al) in a.iter().enumerate() {
+                    let o: &mut [f32; 8] = (&mut out[h * HEAD + at + 8 * l..][..8])
+                        .try_into()
+                        .expect("8 floats");
+                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *al) };
+                }
+            }
         }
     }
 
@@ -2850,33 +2926,51 @@ mod tests {
         }
     }
 
-    /// Attention over a cache of halves: both instruction sets, against f64 sums of
-    /// the same (already rounded) values.
+    /// Attention over a cache of halves, for 1 to 5 query heads per key/value head:
+    /// both instruction sets, against f64 sums of the same (already rounded) values,
+    /// and each head's result the same bits as that head's alone.
     #[test]
     fn dots_and_weighted_sums_read_halves() {
         let hd = 64;
         let n = 13;
-        let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.37).cos()).collect();
         let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
         let mut cache = Vec::new();
         F32Ops(Isa::Scalar).append_halves(&xs, &mut cache);
-        let w: Vec<f32> = (0..n).map(|t| 1.0 / (t as f32 + 2.0)).collect();
-        for ops in [F32Ops::detect(), F32Ops(Isa::Scalar)] {
-            let mut scores = vec![0f32; n];
-            ops.dots(&q, &cache, hd, &mut scores);
-            let mut out = vec![0f32; hd];
-            ops.weighted_sum(&w, &cache, hd, &mut out);
-            for t in 0..n {
-                let want: f64 = (0..hd)
-                    .map(|e| f64::from(q[e]) * f64::from(cache[t * hd + e].to_f32()))
-                    .sum();
-                assert!((f64::from(scores[t]) - want).abs() < 1e-4, "{t}");
-            }
-            for e in 0..hd {
-                let want: f64 = (0..n)
-                    .map(|t| f64::from(w[t]) * f64::from(cache[t * hd + e].to_f32()))
-                    .sum();
-                assert!((f64::from(out[e]) - want).abs() < 1e-4, "{e}");
+        for heads in 1..=5 {
+            let q: Vec<f32> = (0..heads * hd).map(|i| (i as f32 * 0.37).cos()).collect();
+            let w: Vec<f32> = (0..heads * n).map(|i| 1.0 / (i as f32 + 2.0)).collect();
+            for ops in [F32Ops::detect(), F32Ops(Isa::Scalar)] {
+                let mut scores = vec![0f32; heads * n];
+                ops.dots(&q, heads, &cache, hd, &mut scores);
+                let mut out = vec![0f32; heads * hd];
+                ops.weighted_sum(&w, heads, &cache, hd, &mut out);
+                for h in 0..heads {
+                    let mut alone = vec![0f32; n];
+                    ops.dots(&q[h * hd..(h + 1) * hd], 1, &cache, hd, &mut alone);
+                    assert_eq!(alone, scores[h * n..(h + 1) * n], "{heads} heads, head {h}");
+                    let mut alone = vec![0f32; hd];
+                    ops.weighted_sum(&w[h * n..(h + 1) * n], 1, &cache, hd, &mut alone);
+                    assert_eq!(alone, out[h * hd..(h + 1) * hd], "{heads} heads, head {h}");
+                    for t in 0..n {
+                        let want: f64 = (0..hd)
+                            .map(|e| {
+                                f64::from(q[h * hd + e]) * f64::from(cache[t * hd + e].to_f32())
+                            })
+                            .sum();
+                        assert!(
+                            (f64::from(scores[h * n + t]) - want).abs() < 1e-4,
+                            "{h} {t}"
+                        );
+                    }
+                    for e in 0..hd {
+                        let want: f64 = (0..n)
+                            .map(|t| {
+                                f64::from(w[h * n + t]) * f64::from(cache[t * hd + e].to_f32())
+                            })
+                            .sum();
+                        assert!((f64::from(out[h * hd + e]) - want).abs() < 1e-4, "{h} {e}");
+                    }
+                }
             }
         }
     }

@@ -148,6 +148,14 @@ impl LlamaConfig {
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
+
+    /// Multiply-adds of one token's matmuls (every block's projections and MLP, then
+    /// the output): a decode step's work per sequence, attention aside.
+    pub fn matmul_macs_per_token(&self) -> u64 {
+        let (d, kv, ffn) = (self.d_model as u64, self.kv_dim() as u64, self.ffn as u64);
+        let block = 2 * d * d + 2 * d * kv + 3 * d * ffn;
+        self.n_layers as u64 * block + d * self.vocab as u64
+    }
 }
 
 /// A weight matrix of `rows × cols` values in a ggml format.

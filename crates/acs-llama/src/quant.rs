@@ -1119,6 +1119,25 @@ impl F32Ops {
     }
 }
 
+/// This machine's int8 multiply-add rate, in multiply-adds per second, with every
+/// thread of the forward pass issuing `vpdpbusd` (AVX-512 VNNI, else AVX-VNNI) on
+/// registers alone: the ceiling of the block-format kernels, whose work is mostly that
+/// instruction. `acs bench` sets its decode rates against it. `None` without VNNI.
+pub fn int8_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if let Isa::Avx2(t) = Isa::detect() {
+        // Eight loops per thread, so that a helper that starts late still gets its
+        // share; about 20 ms in all at a few G instructions per second.
+        let (loops, iters) = (8 * crate::team::threads(), 500_000u64);
+        let macs = x86::vnni_macs(t)?;
+        let start = std::time::Instant::now();
+        crate::team::session(|| crate::team::run(loops, |_| x86::vnni_spin(t, iters)));
+        let secs = start.elapsed().as_secs_f64();
+        return Some((loops as u64 * iters * macs) as f64 / secs);
+    }
+    None
+}
+
 /// The body of [`F32Ops::softmax`], inlined into each instruction set's copy.
 #[inline(always)]
 fn softmax_lanes(scores: &mut [f32], scale: f32) {
@@ -2210,6 +2229,65 @@ mod x86 {
     /// The head width the attention kernels are unrolled for (most Llama models').
     pub(super) const HEAD: usize = 64;
 
+    /// Independent accumulator chains of [`vnni_spin`]: enough to cover the
+    /// instruction's latency on both of its ports.
+    const CHAINS: usize = 12;
+
+    /// Multiply-adds per turn of [`vnni_spin`]'s loop, if the CPU has VNNI.
+    pub(super) fn vnni_macs(t: Avx2Token) -> Option<u64> {
+        let lanes = if t.avx512 {
+            64
+        } else if t.vnni {
+            32
+        } else {
+            return None;
+        };
+        Some(CHAINS as u64 * lanes)
+    }
+
+    /// `iters` turns of [`CHAINS`] independent `vpdpbusd`s, in the widest form the
+    /// CPU has (nothing without VNNI).
+    pub(super) fn vnni_spin(t: Avx2Token, iters: u64) {
+        // SAFETY: `avx512` is set only when runtime detection found AVX-512 F, BW, VL
+        // and VNNI, and `vnni` only when it found AVX-VNNI (with the AVX2 every token
+        // proves): the features of the function called. Neither touches memory.
+        let sum = unsafe {
+            if t.avx512 {
+                spin512(iters)
+            } else if t.vnni {
+                spin256(iters)
+            } else {
+                0
+            }
+        };
+        std::hint::black_box(sum);
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    fn spin512(iters: u64) -> i32 {
+        // Opaque operands, so that nothing is computed ahead of the loop.
+        let (a, b) = std::hint::black_box((_mm512_set1_epi8(3), _mm512_set1_epi8(5)));
+        let mut acc = [_mm512_setzero_si512(); CHAINS];
+        for _ in 0..iters {
+            for r in acc.iter_mut() {
+                *r = _mm512_dpbusd_epi32(*r, a, b);
+            }
+        }
+        acc.iter().fold(0, |s, &r| s ^ _mm512_reduce_add_epi32(r))
+    }
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn spin256(iters: u64) -> i32 {
+        let (a, b) = std::hint::black_box((_mm256_set1_epi8(3), _mm256_set1_epi8(5)));
+        let mut acc = [_mm256_setzero_si256(); CHAINS];
+        for _ in 0..iters {
+            for r in acc.iter_mut() {
+                *r = _mm256_dpbusd_avx_epi32(*r, a, b);
+            }
+        }
+        acc.iter().fold(0, |s, &r| s ^ hsum_epi32(r))
+    }
+
     /// Eight half floats of `h` from `at` as f32.
     #[inline(always)]
     fn load8h(h: &[f16], at: usize) -> __m256 {
@@ -2871,6 +2949,23 @@ mod tests {
             }
             let total: f32 = got.iter().sum();
             assert!((total - 1.0).abs() < 1e-5, "n = {n}: sums to {total}");
+        }
+    }
+
+    /// The int8 peak is measured where the CPU has VNNI, and only there.
+    #[test]
+    fn int8_peak_is_measured_where_there_is_vnni() {
+        #[cfg(target_arch = "x86_64")]
+        let vnni = x86::token().is_some_and(|t| x86::vnni_macs(t).is_some());
+        #[cfg(not(target_arch = "x86_64"))]
+        let vnni = false;
+        match int8_peak() {
+            Some(p) => {
+                assert!(vnni, "a peak without VNNI");
+                // Any VNNI core does billions of multiply-adds a second.
+                assert!(p.is_finite() && p > 1e9, "{p}");
+            }
+            None => assert!(!vnni, "VNNI but no peak"),
         }
     }
 

@@ -97,3 +97,22 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
         println!("{text:?}: {checked} wide-margin greedy steps agree");
     }
 }
+
+/// The config's count of a token's matmul work (which `acs bench` sets against the
+/// machine's int8 peak) against the GGUF's own matrices: every 2-D weight but the
+/// embedding, which is looked up, plus the output (the embedding itself when tied).
+#[test]
+fn matmul_work_per_token_counts_every_matrix() {
+    let file = acs_llama::gguf::GgufFile::open(acs_llama::testgen::default_model_for_tests())
+        .expect("default model opens");
+    let config = acs_llama::model::LlamaConfig::from_metadata(file.metadata()).expect("config");
+    let matrices: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.len() == 2 && t.name != "token_embd.weight" && t.name != "output.weight")
+        .map(|t| t.dims[0] * t.dims[1])
+        .sum();
+    let output = (config.d_model * config.vocab) as u64;
+    assert_eq!(config.matmul_macs_per_token(), matrices + output);
+    println!("{} multiply-adds per token", matrices + output);
+}

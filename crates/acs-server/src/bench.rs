@@ -125,6 +125,21 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     println!(
         "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
     );
+    // The CPU's roofline for batched decode: its matmuls' multiply-adds per second
+    // against the machine's int8 peak (8 sequences read each weight once for eight
+    // tokens, so their step is bound by arithmetic rather than by memory).
+    if let Some(peak) = acs_llama::quant::int8_peak() {
+        let macs = model.config.matmul_macs_per_token() as f64;
+        let rate = |tok_s: f64| tok_s * macs / 1e9;
+        println!(
+            "cpu       int8 peak {:7.1} G MAC/s (vpdpbusd, {threads} threads) | decode x1 {:5.1} G MAC/s ({:.0}%) | decode x8 {:5.1} G MAC/s ({:.0}%)",
+            peak / 1e9,
+            rate(d1),
+            100.0 * rate(d1) * 1e9 / peak,
+            rate(d8),
+            100.0 * rate(d8) * 1e9 / peak
+        );
+    }
     engine_bench(&model, a.decode_tokens, a.repeat)?;
     #[cfg(feature = "webgpu")]
     if a.webgpu {

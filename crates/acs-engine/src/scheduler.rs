@@ -138,17 +138,10 @@ impl SchedulerConfig {
     /// A config with `kv_bytes` of KV memory for `model`.
     pub fn with_kv_bytes(model: &Model, kv_bytes: usize) -> Self {
         SchedulerConfig {
-            kv_capacity_tokens: kv_bytes / kv_bytes_per_token(model),
+            kv_capacity_tokens: kv_bytes / model.config.kv_bytes_per_token(),
             prefill_chunk: 256,
         }
     }
-}
-
-/// Bytes of KV cache one position takes in every layer (keys and values, as half
-/// floats on either backend).
-pub fn kv_bytes_per_token(model: &Model) -> usize {
-    let c = &model.config;
-    2 * c.n_layers * c.kv_dim() * acs_llama::model::KV_VALUE_BYTES
 }
 
 /// One echoed prompt token: its id, log-probability (none for the first) and the
@@ -269,7 +262,7 @@ impl<B: Backend> Scheduler<B> {
     pub fn submit(&mut self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
         let need = generation.kv_tokens();
         if need > self.config.kv_capacity_tokens {
-            let per = kv_bytes_per_token(&self.model);
+            let per = self.model.config.kv_bytes_per_token();
             return Err(too_big_for_memory(
                 need * per,
                 self.config.kv_capacity_tokens * per,

@@ -303,7 +303,7 @@ fn a_gone_receiver_cancels_and_a_dropped_ticket_cancels() {
 #[test]
 fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
     let m = model();
-    let per_token = acs_engine::scheduler::kv_bytes_per_token(&m);
+    let per_token = m.config.kv_bytes_per_token();
     // Room for one request of 1 prompt token + 20 tokens, not two.
     let mut s = Scheduler::new(
         Arc::clone(&m),

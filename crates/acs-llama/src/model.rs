@@ -149,6 +149,12 @@ impl LlamaConfig {
         self.n_kv_heads * self.head_dim
     }
 
+    /// Bytes of KV cache one position takes in every layer: keys and values, as half
+    /// floats on either backend ([`KV_VALUE_BYTES`] each).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layers * self.kv_dim() * KV_VALUE_BYTES
+    }
+
     /// Multiply-adds of one token's matmuls (every block's projections and MLP, then
     /// the output): a decode step's work per sequence, attention aside.
     pub fn matmul_macs_per_token(&self) -> u64 {

@@ -1161,9 +1161,13 @@ fn softmax_lanes(scores: &mut [f32], scale: f32) {
     }
 }
 
-/// The half float nearest `x` (ties to even), saturated at ±65504: a KV cache value.
+/// The largest finite half float, where KV cache values saturate.
+const HALF_MAX: f32 = 65504.0;
+
+/// The half float nearest `x` (ties to even), saturated at ±[`HALF_MAX`]: a KV cache
+/// value.
 pub fn to_half(x: f32) -> f16 {
-    f16::from_f32(x.clamp(-f16::MAX.to_f32(), f16::MAX.to_f32()))
+    f16::from_f32(x.clamp(-HALF_MAX, HALF_MAX))
 }
 
 /// `h` as f32 (exact): by table in wasm, which has no conversion instruction.
@@ -2350,7 +2354,10 @@ mod x86 {
 
     #[target_feature(enable = "avx2,f16c")]
     fn append_halves_impl(src: &[f32], dst: &mut Vec<f16>) {
-        let (lo, hi) = (_mm256_set1_ps(-65504.0), _mm256_set1_ps(65504.0));
+        let (lo, hi) = (
+            _mm256_set1_ps(-super::HALF_MAX),
+            _mm256_set1_ps(super::HALF_MAX),
+        );
         let mut chunks = src.chunks_exact(8);
         for c in &mut chunks {
             // max(lo, x) and min(hi, ·) return x when it is NaN, as `clamp` does.
@@ -2990,6 +2997,7 @@ mod tests {
             (5.960_464_5e-8, 0x0001),
             (2.980_232_2e-8, 0x0000),
         ];
+        assert_eq!(HALF_MAX, f16::MAX.to_f32());
         for (x, bits) in cases {
             assert_eq!(to_half(x).to_bits(), bits, "{x:e}");
         }

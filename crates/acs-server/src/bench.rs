@@ -130,14 +130,14 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     // tokens, so their step is bound by arithmetic rather than by memory).
     if let Some(peak) = acs_llama::quant::int8_peak() {
         let macs = model.config.matmul_macs_per_token() as f64;
-        let rate = |tok_s: f64| tok_s * macs / 1e9;
+        let (r1, r8) = (d1 * macs, d8 * macs);
         println!(
             "cpu       int8 peak {:7.1} G MAC/s (vpdpbusd, {threads} threads) | decode x1 {:5.1} G MAC/s ({:.0}%) | decode x8 {:5.1} G MAC/s ({:.0}%)",
             peak / 1e9,
-            rate(d1),
-            100.0 * rate(d1) * 1e9 / peak,
-            rate(d8),
-            100.0 * rate(d8) * 1e9 / peak
+            r1 / 1e9,
+            100.0 * r1 / peak,
+            r8 / 1e9,
+            100.0 * r8 / peak
         );
     }
     engine_bench(&model, a.decode_tokens, a.repeat)?;

@@ -549,6 +549,15 @@ impl Isa {
         }
         Isa::Scalar
     }
+
+    /// Whether there are kernels for `ty` in [`PackedMatrix`]'s layout here.
+    fn packs(self, ty: GgmlType) -> bool {
+        match self {
+            Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2(t) => t.packs(ty),
+        }
+    }
 }
 
 /// Fast dot product of one quantized weight row with quantized activations (the
@@ -677,10 +686,10 @@ impl PackedMatrix {
     }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole panels; `None`
-    /// otherwise, and the matrix is used as stored.
+    /// the packed layout (AVX2 for Q4_1; AVX-VNNI or AVX-512 VNNI for Q8_0) and the
+    /// rows fill whole panels; `None` otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
-        if matches!(Isa::detect(), Isa::Scalar) || !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
+        if !Isa::detect().packs(ty) {
             return None;
         }
         let rb = ty.row_bytes(n_cols).ok()?;
@@ -1454,6 +1463,18 @@ mod x86 {
             })
         }
 
+        /// Whether [`packed_rows`] has kernels for `ty` on this CPU. Packed Q8_0 values
+        /// are stored plus 128, and `vpmaddubsw` would saturate its 16-bit pair sums
+        /// of those (up to 2 × 255 × 127): only `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI,
+        /// whose pair kernel also takes a lone panel) sums them exactly.
+        pub(super) fn packs(self, ty: GgmlType) -> bool {
+            match ty {
+                GgmlType::Q4_1 => true,
+                GgmlType::Q8_0 => self.vnni || self.avx512,
+                _ => false,
+            }
+        }
+
         /// The same proof without AVX-VNNI or AVX-512 (always sound: it claims less),
         /// so tests cover the `vpmaddubsw` path on CPUs that have both.
         #[cfg(test)]
@@ -1531,15 +1552,9 @@ mod x86 {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
     }
 
-    /// `acc +` [`mul_sum_us8`]`(ax, sy)`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn add_mul_sum_us8(acc: __m256i, ax: __m256i, sy: __m256i) -> __m256i {
-        _mm256_add_epi32(acc, mul_sum_us8(ax, sy))
-    }
-
-    /// [`add_mul_sum_us8`] in one instruction, accumulating in place (the integer
-    /// sums are exact, so the order of additions does not change a result).
+    /// `acc +` [`mul_sum_us8`]`(ax, sy)` in one instruction, accumulating in place
+    /// (the integer sums are exact, so the order of additions does not change a
+    /// result).
     #[inline]
     #[target_feature(enable = "avx2,avxvnni")]
     fn add_mul_sum_us8_vnni(acc: __m256i, ax: __m256i, sy: __m256i) -> __m256i {
@@ -1855,86 +1870,104 @@ mod x86 {
         o
     }
 
-    /// Panels of a [`super::PackedMatrix`] against `V` vectors: each lane of the
-    /// accumulators is one of the panel's eight rows. Every (row, vector) pair sees the
+    /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, with AVX-VNNI:
+    /// each lane of the accumulators is one of the panel's eight rows. Every (row, vector) pair sees the
     /// same operations in the same order whatever `V`, so batched and single results
     /// agree exactly.
-    macro_rules! packed_kernel {
-        ($name:ident, $features:tt, $idot:ident) => {
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn $name<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-                let mask = _mm256_set1_epi8(0xF);
-                let mut acc = [_mm256_setzero_ps(); V];
-                let mut mins = [_mm256_setzero_ps(); V];
-                for i in 0..x.nb {
-                    let b = &panel[160 * i..160 * i + 160];
-                    let d = _mm256_cvtph_ps(load16(b));
-                    let m = _mm256_cvtph_ps(load16(&b[16..]));
-                    let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
-                    for v in 0..V {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let q = |at: usize| broadcast4(&xb.qs, at);
-                        let mut lo = _mm256_setzero_si256();
-                        let mut hi = _mm256_setzero_si256();
-                        for (g, &wg) in w.iter().enumerate() {
-                            let wl = _mm256_and_si256(wg, mask);
-                            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                            lo = $idot(lo, wl, q(4 * g));
-                            hi = $idot(hi, wh, q(16 + 4 * g));
-                        }
-                        let p = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
-                        acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
-                        mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
-                    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn packed_q4_1_vnni<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+        let mask = _mm256_set1_epi8(0xF);
+        let mut acc = [_mm256_setzero_ps(); V];
+        let mut mins = [_mm256_setzero_ps(); V];
+        for i in 0..x.nb {
+            let b = &panel[160 * i..160 * i + 160];
+            let d = _mm256_cvtph_ps(load16(b));
+            let m = _mm256_cvtph_ps(load16(&b[16..]));
+            let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let q = |at: usize| broadcast4(&xb.qs, at);
+                let mut lo = _mm256_setzero_si256();
+                let mut hi = _mm256_setzero_si256();
+                for (g, &wg) in w.iter().enumerate() {
+                    let wl = _mm256_and_si256(wg, mask);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                    lo = add_mul_sum_us8_vnni(lo, wl, q(4 * g));
+                    hi = add_mul_sum_us8_vnni(hi, wh, q(16 + 4 * g));
                 }
-                std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+                let p = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
+                acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
+                mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
             }
-        };
+        }
+        std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
     }
-    packed_kernel!(
-        packed_q4_1_vnni,
-        "avx2,fma,f16c,avxvnni",
-        add_mul_sum_us8_vnni
-    );
-    packed_kernel!(packed_q4_1_plain, "avx2,fma,f16c", add_mul_sum_us8);
 
-    /// [`packed_kernel`] for Q8_0 panels: the weights are stored plus 128, so each
+    /// [`packed_q4_1_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
+    /// activations is at most 2 × 15 × 127 = 3810 in size, so a block's eight of them
+    /// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd` per block widens
+    /// them: half the multiplier-port instructions of widening each step. The integer
+    /// sums are exact either way, so results equal the VNNI kernel's.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn packed_q4_1_plain<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+        let mask = _mm256_set1_epi8(0xF);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); V];
+        let mut mins = [_mm256_setzero_ps(); V];
+        for i in 0..x.nb {
+            let b = &panel[160 * i..160 * i + 160];
+            let d = _mm256_cvtph_ps(load16(b));
+            let m = _mm256_cvtph_ps(load16(&b[16..]));
+            let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let q = |at: usize| broadcast4(&xb.qs, at);
+                let mut lo = _mm256_setzero_si256();
+                let mut hi = _mm256_setzero_si256();
+                for (g, &wg) in w.iter().enumerate() {
+                    let wl = _mm256_and_si256(wg, mask);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                    lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wl, q(4 * g)));
+                    hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wh, q(16 + 4 * g)));
+                }
+                let sum = _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
+                let p = _mm256_cvtepi32_ps(sum);
+                acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
+                mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
+            }
+        }
+        std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+    }
+
+    /// The Q8_0 panels' kernel, for AVX-VNNI only (see [`Avx2Token::packs`]): the
+    /// weights are stored plus 128, so each
     /// block's integer sum is `Σ (w + 128) x`, and `128 × Σx` (the activations' block
     /// sums, exact integers) comes off before the scales apply.
-    macro_rules! packed_q8_kernel {
-        ($name:ident, $features:tt, $idot:ident) => {
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn $name<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-                let mut acc = [_mm256_setzero_ps(); V];
-                for i in 0..x.nb {
-                    let b = &panel[272 * i..272 * i + 272];
-                    let d = _mm256_cvtph_ps(load16(b));
-                    let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
-                    for v in 0..V {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let q = |at: usize| broadcast4(&xb.qs, at);
-                        let mut p = _mm256_setzero_si256();
-                        for (g, &wg) in w.iter().enumerate() {
-                            p = $idot(p, wg, q(4 * g));
-                        }
-                        let offset = 128 * (i32::from(xb.sums[0]) + i32::from(xb.sums[1]));
-                        let p = _mm256_sub_epi32(p, _mm256_set1_epi32(offset));
-                        let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                        acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[v]);
-                    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn packed_q8_0_vnni<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+        let mut acc = [_mm256_setzero_ps(); V];
+        for i in 0..x.nb {
+            let b = &panel[272 * i..272 * i + 272];
+            let d = _mm256_cvtph_ps(load16(b));
+            let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
+            for (v, acc) in acc.iter_mut().enumerate() {
+                let xb = &x.blocks[v * x.nb + i];
+                let q = |at: usize| broadcast4(&xb.qs, at);
+                let mut p = _mm256_setzero_si256();
+                for (g, &wg) in w.iter().enumerate() {
+                    p = add_mul_sum_us8_vnni(p, wg, q(4 * g));
                 }
-                std::array::from_fn(|v| lanes(acc[v]))
+                let offset = 128 * (i32::from(xb.sums[0]) + i32::from(xb.sums[1]));
+                let p = _mm256_sub_epi32(p, _mm256_set1_epi32(offset));
+                let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, *acc);
             }
-        };
+        }
+        std::array::from_fn(|v| lanes(acc[v]))
     }
-    packed_q8_kernel!(
-        packed_q8_0_vnni,
-        "avx2,fma,f16c,avxvnni",
-        add_mul_sum_us8_vnni
-    );
-    packed_q8_kernel!(packed_q8_0_plain, "avx2,fma,f16c", add_mul_sum_us8);
 
     /// Two panels' bytes side by side in one 512-bit register: panel `a` in the low
     /// half, `b` in the high one, so that lane `k` is row `k` of the pair.
@@ -2077,9 +2110,11 @@ mod x86 {
         // weight once, as a single sequence's does.
         let mut r0 = rows.start;
         while r0 < rows.end {
-            if t.avx512 && r0 + 2 * PANEL <= rows.end {
+            if t.avx512 {
                 // Two panels per kernel; 32 registers hold eight vectors' accumulators.
-                let (a, b) = (panel(r0), panel(r0 + PANEL));
+                // A lone last panel goes in both halves, and the high half is dropped.
+                let pair = r0 + 2 * PANEL <= rows.end;
+                let (a, b) = (panel(r0), panel(if pair { r0 + PANEL } else { r0 }));
                 // The next pair, whether this task's or the next one's.
                 let next = (r0 + 2 * PANEL) / PANEL * panel_bytes;
                 let next_pair = pm
@@ -2099,7 +2134,9 @@ mod x86 {
                         for (v, lanes) in o.iter().enumerate() {
                             let (lo, hi) = lanes.split_at(PANEL);
                             put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
-                            put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+                            if pair {
+                                put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+                            }
                         }
                     };
                     // SAFETY: `avx512` is set only when runtime detection found
@@ -2119,7 +2156,7 @@ mod x86 {
                         }
                     }
                 }
-                r0 += 2 * PANEL;
+                r0 += if pair { 2 * PANEL } else { PANEL };
                 continue;
             }
             // Four vectors per tile keep the accumulators and the unpacked weights
@@ -2156,10 +2193,9 @@ mod x86 {
                         (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, x)),
                         (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, x)),
                         (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, x)),
-                        (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, x)),
-                        (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, x)),
-                        (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, x)),
-                        (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, x)),
+                        (true, _, false) => {
+                            unreachable!("Q8_0 is packed only where vpdpbusd exists (`packs`)")
+                        }
                     }
                 }
             }
@@ -3096,7 +3132,10 @@ mod tests {
             {
                 quantize_row(ty, r, b).unwrap();
             }
-            let pm = PackedMatrix::new(ty, &w, rows, cols).expect("x86 packs");
+            let Some(pm) = PackedMatrix::new(ty, &w, rows, cols) else {
+                assert!(!t.packs(ty), "{ty:?} packs here");
+                continue;
+            };
             for batch in [1, 3, 8, 11] {
                 let mut qx = QuantizedActivations::default();
                 qx.quantize_from(&values(4, cols * batch), cols).unwrap();
@@ -3107,7 +3146,78 @@ mod tests {
                     });
                     out
                 };
-                assert_eq!(run(t), run(t.without_avx512()), "{ty:?} batch {batch}");
+                let narrow = t.without_avx512();
+                if narrow.packs(ty) {
+                    assert_eq!(run(t), run(narrow), "{ty:?} batch {batch}");
+                }
+            }
+        }
+    }
+
+    /// Every packed kernel this CPU can run (AVX-512, 256-bit with and without VNNI)
+    /// against the row kernels, on random bytes: large weights and activations of one
+    /// sign are where 16-bit sums would saturate.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn packed_kernels_match_row_kernels_on_random_bytes() {
+        let Some(t) = x86::token() else {
+            return;
+        };
+        let (rows, cols) = (24, 256);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut byte = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng as u8
+        };
+        let mut qx = QuantizedActivations::default();
+        let xs: Vec<f32> = (0..cols * 5)
+            .map(|i| {
+                if i % 3 == 0 {
+                    127.0
+                } else {
+                    f32::from(byte() as i8)
+                }
+            })
+            .collect();
+        qx.quantize_from(&xs, cols).unwrap();
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut w: Vec<u8> = (0..rb * rows).map(|_| byte()).collect();
+            // Finite, modest scales (and mins): random f16 bits may be NaN.
+            let scales = if ty == GgmlType::Q4_1 { 2 } else { 1 };
+            for block in w.chunks_exact_mut(ty.block_bytes()) {
+                for k in 0..scales {
+                    let h = half::f16::from_f32(f32::from(block[2 * k]) / 256.0 - 0.5);
+                    block[2 * k..2 * k + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            let Some(pm) = PackedMatrix::new(ty, &w, rows, cols) else {
+                assert!(!t.packs(ty), "{ty:?} packs here");
+                continue;
+            };
+            let expect: Vec<f32> = (0..qx.count)
+                .flat_map(|v| {
+                    let (w, qx) = (&w, &qx);
+                    (0..rows)
+                        .map(move |r| dot_q8_dispatch(Isa::Scalar, ty, &w[r * rb..][..rb], qx, v))
+                })
+                .collect();
+            for k in [t, t.without_avx512(), t.without_vnni()] {
+                if !k.packs(ty) {
+                    continue;
+                }
+                let mut out = vec![0f32; rows * qx.count];
+                x86::packed_rows(k, &pm, 0..rows, &qx, &mut |v, r0, lanes| {
+                    out[v * rows + r0..][..PANEL].copy_from_slice(lanes);
+                });
+                for (i, (a, b)) in expect.iter().zip(&out).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * a.abs().max(1.0),
+                        "{ty:?} {k:?} entry {i}: scalar {a}, packed {b}"
+                    );
+                }
             }
         }
     }

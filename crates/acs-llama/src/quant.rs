@@ -551,6 +551,7 @@ impl Isa {
     }
 
     /// Whether there are kernels for `ty` in [`PackedMatrix`]'s layout here.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     fn packs(self, ty: GgmlType) -> bool {
         match self {
             Isa::Scalar => false,

@@ -550,13 +550,13 @@ impl Isa {
         Isa::Scalar
     }
 
-    /// Whether there are kernels for `ty` in [`PackedMatrix`]'s layout here.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-    fn packs(self, ty: GgmlType) -> bool {
+    /// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and
+    /// if so whether their Q8_0 values are stored plus 128, for `vpdpbusd`.
+    fn panels(self) -> Option<bool> {
         match self {
-            Isa::Scalar => false,
+            Isa::Scalar => None,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2(t) => t.packs(ty),
+            Isa::Avx2(t) => Some(t.dpbusd()),
         }
     }
 }
@@ -663,12 +663,16 @@ const PANEL: usize = 8;
 ///   the eight rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high
 ///   nibbles: values `16 + 4g..`);
 /// - Q8_0, 272 bytes: the eight rows' f16 scales, then for `g` in 0..8 the eight rows'
-///   values `4g..4g + 4`, each plus 128 (unsigned, as `vpdpbusd` takes its first
-///   operand; the kernel takes `128 × Σx` back off, exactly, in integers).
+///   values `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it
+///   takes its first operand; the kernel takes `128 × Σx` back off, exactly, in
+///   integers); elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     ty: GgmlType,
+    /// Q8_0 values are stored plus 128, for `vpdpbusd`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    plus_128: bool,
     n_rows: usize,
     n_cols: usize,
     /// Only x86 has kernels for the layout so far (elsewhere `new` returns `None`).
@@ -687,10 +691,16 @@ impl PackedMatrix {
     }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2 for Q4_1; AVX-VNNI or AVX-512 VNNI for Q8_0) and the
-    /// rows fill whole panels; `None` otherwise, and the matrix is used as stored.
+    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole panels; `None`
+    /// otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
-        if !Isa::detect().packs(ty) {
+        Self::pack(Isa::detect(), ty, weights, n_rows, n_cols)
+    }
+
+    /// [`PackedMatrix::new`] for the kernels of `isa`.
+    fn pack(isa: Isa, ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
+        let plus_128 = isa.panels()?;
+        if !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
             return None;
         }
         let rb = ty.row_bytes(n_cols).ok()?;
@@ -718,7 +728,8 @@ impl PackedMatrix {
                     } else {
                         for g in 0..8 {
                             for k in 0..4 {
-                                out[16 + 32 * g + 4 * r + k] = b[2 + 4 * g + k] ^ 0x80;
+                                let v = b[2 + 4 * g + k];
+                                out[16 + 32 * g + 4 * r + k] = if plus_128 { v ^ 0x80 } else { v };
                             }
                         }
                     }
@@ -727,6 +738,7 @@ impl PackedMatrix {
         }
         Some(PackedMatrix {
             ty,
+            plus_128,
             n_rows,
             n_cols,
             data,
@@ -1464,16 +1476,12 @@ mod x86 {
             })
         }
 
-        /// Whether [`packed_rows`] has kernels for `ty` on this CPU. Packed Q8_0 values
-        /// are stored plus 128, and `vpmaddubsw` would saturate its 16-bit pair sums
-        /// of those (up to 2 × 255 × 127): only `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI,
-        /// whose pair kernel also takes a lone panel) sums them exactly.
-        pub(super) fn packs(self, ty: GgmlType) -> bool {
-            match ty {
-                GgmlType::Q4_1 => true,
-                GgmlType::Q8_0 => self.vnni || self.avx512,
-                _ => false,
-            }
+        /// Whether the packed kernels use `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI whose
+        /// pair kernel also takes a lone panel): then Q8_0 panels hold their values
+        /// plus 128, which `vpmaddubsw` cannot take (its 16-bit pair sums of those,
+        /// up to 2 × 255 × 127, would saturate).
+        pub(super) fn dpbusd(self) -> bool {
+            self.vnni || self.avx512
         }
 
         /// The same proof without AVX-VNNI or AVX-512 (always sound: it claims less),
@@ -1942,8 +1950,37 @@ mod x86 {
         std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
     }
 
-    /// The Q8_0 panels' kernel, for AVX-VNNI only (see [`Avx2Token::packs`]): the
-    /// weights are stored plus 128, so each
+    /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
+    /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
+    /// unsigned operand first, and these pair sums, at most 2 × 128 × 127, cannot
+    /// saturate) and widens at once (two of them could overflow 16 bits). The integer
+    /// sums are exact, so results equal the VNNI kernel's.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn packed_q8_0_plain<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); V];
+        for i in 0..x.nb {
+            let b = &panel[272 * i..272 * i + 272];
+            let d = _mm256_cvtph_ps(load16(b));
+            let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
+            let aw: [__m256i; 8] = std::array::from_fn(|g| _mm256_sign_epi8(w[g], w[g]));
+            for (v, acc) in acc.iter_mut().enumerate() {
+                let xb = &x.blocks[v * x.nb + i];
+                let mut p = _mm256_setzero_si256();
+                for g in 0..8 {
+                    let sx = _mm256_sign_epi8(broadcast4(&xb.qs, 4 * g), w[g]);
+                    let pairs = _mm256_maddubs_epi16(aw[g], sx);
+                    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, ones));
+                }
+                let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, *acc);
+            }
+        }
+        std::array::from_fn(|v| lanes(acc[v]))
+    }
+
+    /// The Q8_0 panels' kernel with AVX-VNNI: the weights are stored plus 128, so each
     /// block's integer sum is `Σ (w + 128) x`, and `128 × Σx` (the activations' block
     /// sums, exact integers) comes off before the scales apply.
     #[inline]
@@ -2111,7 +2148,7 @@ mod x86 {
         // weight once, as a single sequence's does.
         let mut r0 = rows.start;
         while r0 < rows.end {
-            if t.avx512 {
+            if t.avx512 && (pm.ty == GgmlType::Q4_1 || pm.plus_128) {
                 // Two panels per kernel; 32 registers hold eight vectors' accumulators.
                 // A lone last panel goes in both halves, and the high half is dropped.
                 let pair = r0 + 2 * PANEL <= rows.end;
@@ -2181,7 +2218,8 @@ mod x86 {
                 // too: the features of the kernel called. The kernels touch memory
                 // only through bounds-checked slicing and their own arrays.
                 unsafe {
-                    match (pm.ty == GgmlType::Q8_0, nv, t.vnni) {
+                    let vnni = t.vnni && (pm.ty == GgmlType::Q4_1 || pm.plus_128);
+                    match (pm.ty == GgmlType::Q8_0, nv, vnni) {
                         (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, x)),
                         (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, x)),
                         (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, x)),
@@ -2194,9 +2232,13 @@ mod x86 {
                         (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, x)),
                         (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, x)),
                         (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, x)),
-                        (true, _, false) => {
-                            unreachable!("Q8_0 is packed only where vpdpbusd exists (`packs`)")
+                        (true, _, false) if pm.plus_128 => {
+                            unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")
                         }
+                        (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, x)),
+                        (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, x)),
+                        (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, x)),
+                        (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, x)),
                     }
                 }
             }
@@ -3116,7 +3158,8 @@ mod tests {
     }
 
     /// The AVX-512 kernels take panels in pairs; each lane must run what the 256-bit
-    /// kernel runs, to the bit, whatever the batch (5 panels: two pairs and one left).
+    /// kernel runs, to the bit, whatever the batch (5 panels: two pairs and one left);
+    /// and the kernels without VNNI sum the same integers, so they agree to the bit too.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn panel_pairs_match_single_panels_exactly() {
@@ -3133,24 +3176,20 @@ mod tests {
             {
                 quantize_row(ty, r, b).unwrap();
             }
-            let Some(pm) = PackedMatrix::new(ty, &w, rows, cols) else {
-                assert!(!t.packs(ty), "{ty:?} packs here");
-                continue;
-            };
             for batch in [1, 3, 8, 11] {
                 let mut qx = QuantizedActivations::default();
                 qx.quantize_from(&values(4, cols * batch), cols).unwrap();
                 let run = |t| {
+                    let pm = PackedMatrix::pack(Isa::Avx2(t), ty, &w, rows, cols).unwrap();
                     let mut out = vec![0f32; rows * batch];
                     x86::packed_rows(t, &pm, 0..rows, &qx, &mut |v, r0, lanes| {
                         out[v * rows + r0..][..PANEL].copy_from_slice(lanes);
                     });
                     out
                 };
-                let narrow = t.without_avx512();
-                if narrow.packs(ty) {
-                    assert_eq!(run(t), run(narrow), "{ty:?} batch {batch}");
-                }
+                let wide = run(t);
+                assert_eq!(wide, run(t.without_avx512()), "{ty:?} batch {batch}");
+                assert_eq!(wide, run(t.without_vnni()), "{ty:?} batch {batch}");
             }
         }
     }
@@ -3194,10 +3233,6 @@ mod tests {
                     block[2 * k..2 * k + 2].copy_from_slice(&h.to_le_bytes());
                 }
             }
-            let Some(pm) = PackedMatrix::new(ty, &w, rows, cols) else {
-                assert!(!t.packs(ty), "{ty:?} packs here");
-                continue;
-            };
             let expect: Vec<f32> = (0..qx.count)
                 .flat_map(|v| {
                     let (w, qx) = (&w, &qx);
@@ -3206,9 +3241,7 @@ mod tests {
                 })
                 .collect();
             for k in [t, t.without_avx512(), t.without_vnni()] {
-                if !k.packs(ty) {
-                    continue;
-                }
+                let pm = PackedMatrix::pack(Isa::Avx2(k), ty, &w, rows, cols).unwrap();
                 let mut out = vec![0f32; rows * qx.count];
                 x86::packed_rows(k, &pm, 0..rows, &qx, &mut |v, r0, lanes| {
                     out[v * rows + r0..][..PANEL].copy_from_slice(lanes);

@@ -4,7 +4,9 @@
 
 use std::time::Instant;
 
-use acs_llama::quant::{GgmlType, QuantizedActivations, matmul_q8, quantize_row};
+use acs_llama::quant::{
+    GgmlType, MatJob, PackedMatrix, QuantizedActivations, matmul_many, matmul_q8, quantize_row,
+};
 
 fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
@@ -25,17 +27,34 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
 }
 
 /// Best GB/s of several timed runs of `iters` matmuls cycling through `mats` (the best
-/// run is the one least disturbed by other processes on a shared machine).
-fn bench(ty: GgmlType, rows: usize, cols: usize, batch: usize, n_mats: usize) -> f64 {
+/// run is the one least disturbed by other processes on a shared machine). `packed`:
+/// through [`PackedMatrix`] panels, as the model runs them (the activations' rounding
+/// included), or `None` where this CPU has no panels for `ty`.
+fn bench(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    n_mats: usize,
+    packed: bool,
+) -> Option<f64> {
     let mats: Vec<Vec<u8>> = (0..n_mats)
         .map(|i| weights(ty, rows, cols, i as u32 + 1))
         .collect();
+    let panels: Vec<PackedMatrix> = if packed {
+        mats.iter()
+            .map(|m| PackedMatrix::new(ty, m, rows, cols))
+            .collect::<Option<_>>()?
+    } else {
+        Vec::new()
+    };
     let flat: Vec<f32> = (0..batch * cols)
         .map(|i| ((i % cols + i / cols) % 7) as f32 - 3.0)
         .collect();
     let mut xs = QuantizedActivations::default();
     xs.quantize_from(&flat, cols).unwrap();
     let mut out = vec![0f32; rows * batch];
+    let mut scratch = QuantizedActivations::default();
     let bytes = mats[0].len() as f64;
     // About 0.2 GB of weights per run, less for big batches (compute-bound).
     let iters = ((2e8 / bytes / batch.min(16) as f64) as usize).max(n_mats);
@@ -43,11 +62,23 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batch: usize, n_mats: usize) ->
     for _ in 0..5 {
         let t = Instant::now();
         for i in 0..iters {
-            matmul_q8(ty, &mats[i % n_mats], rows, cols, &xs, &mut out).unwrap();
+            let w = &mats[i % n_mats];
+            if packed {
+                let mut job = [MatJob {
+                    ty,
+                    weights: w,
+                    packed: Some(&panels[i % n_mats]),
+                    n_rows: rows,
+                    out: &mut out,
+                }];
+                matmul_many(&mut job, cols, &flat, &mut scratch).unwrap();
+            } else {
+                matmul_q8(ty, w, rows, cols, &xs, &mut out).unwrap();
+            }
         }
         rates.push(bytes * iters as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
-    rates.into_iter().fold(0.0, f64::max)
+    Some(rates.into_iter().fold(0.0, f64::max))
 }
 
 #[test]
@@ -63,16 +94,25 @@ fn matmul_throughput() {
     ] {
         // 1 and 8: decode steps; 128: a prefill.
         for batch in [1, 8, 128] {
-            // One matrix (cache-hot) and 64 distinct ones (streamed from DRAM).
-            let hot = bench(ty, rows, cols, batch, 1);
-            let n_cold = (64 * 1536 * 576 / (rows * cols)).max(1);
-            let cold = bench(ty, rows, cols, batch, n_cold);
-            println!(
-                "{ty:?} {rows}x{cols} batch {batch}: {hot:.1} GB/s hot, {cold:.1} GB/s cold \
-                 ({:.1} / {:.1} G weight-rows·vectors/s)",
-                hot * batch as f64,
-                cold * batch as f64
-            );
+            for packed in [false, true] {
+                // One matrix (cache-hot) and 64 distinct ones (streamed from DRAM).
+                let n_cold = (64 * 1536 * 576 / (rows * cols)).max(1);
+                let (Some(hot), Some(cold)) = (
+                    bench(ty, rows, cols, batch, 1, packed),
+                    bench(ty, rows, cols, batch, n_cold, packed),
+                ) else {
+                    continue;
+                };
+                // Multiply-adds per second: weights per byte × bytes/s × vectors.
+                let per_byte = cols as f64 / ty.row_bytes(cols).unwrap() as f64;
+                println!(
+                    "{ty:?} {rows}x{cols} batch {batch}{}: {hot:.1} GB/s hot, {cold:.1} GB/s cold \
+                     ({:.1} / {:.1} G MAC/s)",
+                    if packed { " packed" } else { "" },
+                    hot * per_byte * batch as f64,
+                    cold * per_byte * batch as f64
+                );
+            }
         }
     }
 }

@@ -1893,9 +1893,9 @@ mod x86 {
     }
 
     /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, with AVX-VNNI:
-    /// each lane of the accumulators is one of the panel's eight rows. Every (row, vector) pair sees the
-    /// same operations in the same order whatever `V`, so batched and single results
-    /// agree exactly.
+    /// each lane of the accumulators is one of the panel's eight rows. Every (row,
+    /// vector) pair sees the same operations in the same order whatever `V`, so
+    /// batched and single results agree exactly.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
     fn packed_q4_1_vnni<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {

@@ -1898,12 +1898,13 @@ mod x86 {
     /// batched and single results agree exactly.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    fn packed_q4_1_vnni<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    fn packed_q4_1_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let mask = _mm256_set1_epi8(0xF);
         let mut acc = [_mm256_setzero_ps(); V];
         let mut mins = [_mm256_setzero_ps(); V];
         for i in 0..x.nb {
             let b = &panel[160 * i..160 * i + 160];
+            prefetch_share(ahead, i, x.nb);
             let d = _mm256_cvtph_ps(load16(b));
             let m = _mm256_cvtph_ps(load16(&b[16..]));
             let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
@@ -1933,13 +1934,14 @@ mod x86 {
     /// sums are exact either way, so results equal the VNNI kernel's.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn packed_q4_1_plain<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    fn packed_q4_1_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let mask = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); V];
         let mut mins = [_mm256_setzero_ps(); V];
         for i in 0..x.nb {
             let b = &panel[160 * i..160 * i + 160];
+            prefetch_share(ahead, i, x.nb);
             let d = _mm256_cvtph_ps(load16(b));
             let m = _mm256_cvtph_ps(load16(&b[16..]));
             let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
@@ -1970,11 +1972,12 @@ mod x86 {
     /// sums are exact, so results equal the VNNI kernel's.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn packed_q8_0_plain<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); V];
         for i in 0..x.nb {
             let b = &panel[272 * i..272 * i + 272];
+            prefetch_share(ahead, i, x.nb);
             let d = _mm256_cvtph_ps(load16(b));
             let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
             let aw: [__m256i; 8] = std::array::from_fn(|g| _mm256_sign_epi8(w[g], w[g]));
@@ -1998,10 +2001,11 @@ mod x86 {
     /// sums, exact integers) comes off before the scales apply.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    fn packed_q8_0_vnni<const V: usize>(panel: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    fn packed_q8_0_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let mut acc = [_mm256_setzero_ps(); V];
         for i in 0..x.nb {
             let b = &panel[272 * i..272 * i + 272];
+            prefetch_share(ahead, i, x.nb);
             let d = _mm256_cvtph_ps(load16(b));
             let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
             for (v, acc) in acc.iter_mut().enumerate() {
@@ -2054,8 +2058,8 @@ mod x86 {
         o
     }
 
-    /// Asks for share `i` of `nb` of `ahead` (the next pair of panels) to come into
-    /// the cache. At eight vectors a core needs about 10 GB/s of weights, about what
+    /// Asks for share `i` of `nb` of `ahead` (the next panel, or pair of panels) to
+    /// come into the cache. At eight vectors a core needs about 10 GB/s of weights, about what
     /// one core streams from DRAM, and the hardware prefetcher alone let the loads and
     /// the arithmetic take turns (a cold pair cost the sum of the two); spread over the
     /// blocks, these requests keep the memory busy while the kernel computes.
@@ -2212,8 +2216,12 @@ mod x86 {
             }
             // Four vectors per tile keep the accumulators and the unpacked weights
             // within the 16 AVX2 registers.
+            let next = (r0 + PANEL) / PANEL * panel_bytes;
+            let next_panel = pm.data.get(next..(next + panel_bytes).min(pm.data.len()));
             let panel = panel(r0);
             for g in (0..qx.count).step_by(4) {
+                // The next panel comes in while the first group of vectors computes.
+                let ahead = next_panel.filter(|_| g == 0).unwrap_or(&[]);
                 let nv = (qx.count - g).min(4);
                 let x = Xs {
                     blocks: &qx.blocks[g * nb..(g + nv) * nb],
@@ -2233,25 +2241,25 @@ mod x86 {
                 unsafe {
                     let vnni = t.vnni && (pm.ty == GgmlType::Q4_1 || pm.plus_128);
                     match (pm.ty == GgmlType::Q8_0, nv, vnni) {
-                        (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, x)),
-                        (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, x)),
-                        (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, x)),
-                        (false, _, true) => emit(&packed_q4_1_vnni::<4>(panel, x)),
-                        (false, 1, false) => emit(&packed_q4_1_plain::<1>(panel, x)),
-                        (false, 2, false) => emit(&packed_q4_1_plain::<2>(panel, x)),
-                        (false, 3, false) => emit(&packed_q4_1_plain::<3>(panel, x)),
-                        (false, _, false) => emit(&packed_q4_1_plain::<4>(panel, x)),
-                        (true, 1, true) => emit(&packed_q8_0_vnni::<1>(panel, x)),
-                        (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, x)),
-                        (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, x)),
-                        (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, x)),
+                        (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, ahead, x)),
+                        (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, ahead, x)),
+                        (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, ahead, x)),
+                        (false, _, true) => emit(&packed_q4_1_vnni::<4>(panel, ahead, x)),
+                        (false, 1, false) => emit(&packed_q4_1_plain::<1>(panel, ahead, x)),
+                        (false, 2, false) => emit(&packed_q4_1_plain::<2>(panel, ahead, x)),
+                        (false, 3, false) => emit(&packed_q4_1_plain::<3>(panel, ahead, x)),
+                        (false, _, false) => emit(&packed_q4_1_plain::<4>(panel, ahead, x)),
+                        (true, 1, true) => emit(&packed_q8_0_vnni::<1>(panel, ahead, x)),
+                        (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, ahead, x)),
+                        (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, ahead, x)),
+                        (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, ahead, x)),
                         (true, _, false) if pm.plus_128 => {
                             unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")
                         }
-                        (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, x)),
-                        (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, x)),
-                        (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, x)),
-                        (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, x)),
+                        (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, ahead, x)),
+                        (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, ahead, x)),
+                        (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, ahead, x)),
+                        (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, ahead, x)),
                     }
                 }
             }

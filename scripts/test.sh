@@ -54,6 +54,10 @@ scripts/build-web.sh
 step "cargo test (WebGPU tests on lavapipe included)"
 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo test --workspace
 
+# The test runner gives a whole headless suite 20 s by default; the WebGPU suite runs
+# SwiftShader on the CPU and took longer than that on a busy 2-core machine.
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"
+
 step "WebGPU backend and the wasm CPU kernels in headless Chromium (wasm-pack test)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-llama \
   --features webgpu --test webgpu_browser --test wasm_cpu -- --nocapture

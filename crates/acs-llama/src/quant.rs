@@ -1892,78 +1892,73 @@ mod x86 {
         o
     }
 
-    /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, with AVX-VNNI:
-    /// each lane of the accumulators is one of the panel's eight rows. Every (row,
-    /// vector) pair sees the same operations in the same order whatever `V`, so
-    /// batched and single results agree exactly.
+    /// One block of a Q4_1 panel against one vector's block, with AVX-VNNI: for each
+    /// of the panel's eight rows (lanes), the integer sum of nibble × activation.
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    fn packed_q4_1_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn q4_1_sums_vnni(w: &[__m256i; 4], qs: &[i8; QK]) -> __m256i {
         let mask = _mm256_set1_epi8(0xF);
-        let mut acc = [_mm256_setzero_ps(); V];
-        let mut mins = [_mm256_setzero_ps(); V];
-        for i in 0..x.nb {
-            let b = &panel[160 * i..160 * i + 160];
-            prefetch_share(ahead, i, x.nb);
-            let d = _mm256_cvtph_ps(load16(b));
-            let m = _mm256_cvtph_ps(load16(&b[16..]));
-            let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
-            for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let q = |at: usize| broadcast4(&xb.qs, at);
-                let mut lo = _mm256_setzero_si256();
-                let mut hi = _mm256_setzero_si256();
-                for (g, &wg) in w.iter().enumerate() {
-                    let wl = _mm256_and_si256(wg, mask);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                    lo = add_mul_sum_us8_vnni(lo, wl, q(4 * g));
-                    hi = add_mul_sum_us8_vnni(hi, wh, q(16 + 4 * g));
-                }
-                let p = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
-                acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
-                mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
-            }
+        let mut lo = _mm256_setzero_si256();
+        let mut hi = _mm256_setzero_si256();
+        for (g, &wg) in w.iter().enumerate() {
+            let wl = _mm256_and_si256(wg, mask);
+            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+            lo = add_mul_sum_us8_vnni(lo, wl, broadcast4(qs, 4 * g));
+            hi = add_mul_sum_us8_vnni(hi, wh, broadcast4(qs, 16 + 4 * g));
         }
-        std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+        _mm256_add_epi32(lo, hi)
     }
 
-    /// [`packed_q4_1_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
+    /// [`q4_1_sums_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
     /// activations is at most 2 × 15 × 127 = 3810 in size, so a block's eight of them
-    /// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd` per block widens
-    /// them: half the multiplier-port instructions of widening each step. The integer
-    /// sums are exact either way, so results equal the VNNI kernel's.
+    /// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd` widens them: half
+    /// the multiplier-port instructions of widening each step. The integer sums are
+    /// exact either way, so both give the same sums.
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn packed_q4_1_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    #[target_feature(enable = "avx2")]
+    fn q4_1_sums_plain(w: &[__m256i; 4], qs: &[i8; QK]) -> __m256i {
         let mask = _mm256_set1_epi8(0xF);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); V];
-        let mut mins = [_mm256_setzero_ps(); V];
-        for i in 0..x.nb {
-            let b = &panel[160 * i..160 * i + 160];
-            prefetch_share(ahead, i, x.nb);
-            let d = _mm256_cvtph_ps(load16(b));
-            let m = _mm256_cvtph_ps(load16(&b[16..]));
-            let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
-            for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let q = |at: usize| broadcast4(&xb.qs, at);
-                let mut lo = _mm256_setzero_si256();
-                let mut hi = _mm256_setzero_si256();
-                for (g, &wg) in w.iter().enumerate() {
-                    let wl = _mm256_and_si256(wg, mask);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                    lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wl, q(4 * g)));
-                    hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wh, q(16 + 4 * g)));
-                }
-                let sum = _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
-                let p = _mm256_cvtepi32_ps(sum);
-                acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
-                mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
-            }
+        let mut lo = _mm256_setzero_si256();
+        let mut hi = _mm256_setzero_si256();
+        for (g, &wg) in w.iter().enumerate() {
+            let wl = _mm256_and_si256(wg, mask);
+            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wl, broadcast4(qs, 4 * g)));
+            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wh, broadcast4(qs, 16 + 4 * g)));
         }
-        std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+        _mm256_madd_epi16(_mm256_add_epi16(lo, hi), _mm256_set1_epi16(1))
     }
+
+    /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, compiled once per
+    /// way of summing a block (`$sums`): each lane of the accumulators is one of the
+    /// panel's eight rows. Every (row, vector) pair sees the same operations in the
+    /// same order whatever `V`, so batched and single results agree exactly.
+    macro_rules! packed_q4_1_kernel {
+        ($name:ident, $features:tt, $sums:ident) => {
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+                let mut acc = [_mm256_setzero_ps(); V];
+                let mut mins = [_mm256_setzero_ps(); V];
+                for i in 0..x.nb {
+                    let b = &panel[160 * i..160 * i + 160];
+                    prefetch_share(ahead, i, x.nb);
+                    let d = _mm256_cvtph_ps(load16(b));
+                    let m = _mm256_cvtph_ps(load16(&b[16..]));
+                    let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let p = _mm256_cvtepi32_ps($sums(&w, &xb.qs));
+                        acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
+                        mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
+                    }
+                }
+                std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+            }
+        };
+    }
+    packed_q4_1_kernel!(packed_q4_1_vnni, "avx2,fma,f16c,avxvnni", q4_1_sums_vnni);
+    packed_q4_1_kernel!(packed_q4_1_plain, "avx2,fma,f16c", q4_1_sums_plain);
 
     /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
     /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
@@ -3237,33 +3232,25 @@ mod tests {
             return;
         };
         let (rows, cols) = (24, 256);
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut byte = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng as u8
-        };
         let mut qx = QuantizedActivations::default();
-        let xs: Vec<f32> = (0..cols * 5)
-            .map(|i| {
-                if i % 3 == 0 {
-                    127.0
-                } else {
-                    f32::from(byte() as i8)
-                }
-            })
+        let xs: Vec<f32> = values(11, cols * 5)
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i % 3 == 0 { 127.0 } else { v * 127.0 })
             .collect();
         qx.quantize_from(&xs, cols).unwrap();
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
             let rb = ty.row_bytes(cols).unwrap();
-            let mut w: Vec<u8> = (0..rb * rows).map(|_| byte()).collect();
+            let mut w: Vec<u8> = values(12 + u64::from(ty.id()), rb * rows)
+                .iter()
+                .map(|v| (v * 127.0) as i8 as u8)
+                .collect();
             // Finite, modest scales (and mins): random f16 bits may be NaN.
             let scales = if ty == GgmlType::Q4_1 { 2 } else { 1 };
             for block in w.chunks_exact_mut(ty.block_bytes()) {
                 for k in 0..scales {
-                    let h = half::f16::from_f32(f32::from(block[2 * k]) / 256.0 - 0.5);
-                    block[2 * k..2 * k + 2].copy_from_slice(&h.to_le_bytes());
+                    let v = 0.01 + f32::from(block[2 * k + 1] & 7) * 0.003;
+                    put_f16(&mut block[2 * k..], v);
                 }
             }
             let expect: Vec<f32> = (0..qx.count)

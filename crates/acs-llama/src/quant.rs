@@ -681,6 +681,13 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
+    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1 panels are the same
+    /// for every kernel, Q8_0 ones only when stored plus 128.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn for_dpbusd(&self) -> bool {
+        self.ty == GgmlType::Q4_1 || self.plus_128
+    }
+
     /// Bytes of one block of one panel.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn block_bytes(ty: GgmlType) -> usize {
@@ -2160,7 +2167,7 @@ mod x86 {
         // weight once, as a single sequence's does.
         let mut r0 = rows.start;
         while r0 < rows.end {
-            if t.avx512 && (pm.ty == GgmlType::Q4_1 || pm.plus_128) {
+            if t.avx512 && pm.for_dpbusd() {
                 // Two panels per kernel; 32 registers hold eight vectors' accumulators.
                 // A lone last panel goes in both halves, and the high half is dropped.
                 let pair = r0 + 2 * PANEL <= rows.end;
@@ -2234,7 +2241,7 @@ mod x86 {
                 // too: the features of the kernel called. The kernels touch memory
                 // only through bounds-checked slicing and their own arrays.
                 unsafe {
-                    let vnni = t.vnni && (pm.ty == GgmlType::Q4_1 || pm.plus_128);
+                    let vnni = t.vnni && pm.for_dpbusd();
                     match (pm.ty == GgmlType::Q8_0, nv, vnni) {
                         (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, ahead, x)),
                         (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, ahead, x)),

@@ -1899,73 +1899,101 @@ mod x86 {
         o
     }
 
-    /// One block of a Q4_1 panel against one vector's block, with AVX-VNNI: for each
-    /// of the panel's eight rows (lanes), the integer sum of nibble × activation.
+    /// One group of four weight bytes per row (`wl`: low nibbles, `wh`: high ones)
+    /// against the activations they meet, added to a vector's integer sums, with
+    /// AVX-VNNI: `vpdpbusd` widens to 32 bits as it adds.
     #[inline]
     #[target_feature(enable = "avx2,avxvnni")]
-    fn q4_1_sums_vnni(w: &[__m256i; 4], qs: &[i8; QK]) -> __m256i {
-        let mask = _mm256_set1_epi8(0xF);
-        let mut lo = _mm256_setzero_si256();
-        let mut hi = _mm256_setzero_si256();
-        for (g, &wg) in w.iter().enumerate() {
-            let wl = _mm256_and_si256(wg, mask);
-            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-            lo = add_mul_sum_us8_vnni(lo, wl, broadcast4(qs, 4 * g));
-            hi = add_mul_sum_us8_vnni(hi, wh, broadcast4(qs, 16 + 4 * g));
-        }
-        _mm256_add_epi32(lo, hi)
+    fn q4_1_step_vnni(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+        add_mul_sum_us8_vnni(add_mul_sum_us8_vnni(s, wl, xl), wh, xh)
     }
 
-    /// [`q4_1_sums_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
-    /// activations is at most 2 × 15 × 127 = 3810 in size, so a block's eight of them
-    /// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd` widens them: half
-    /// the multiplier-port instructions of widening each step. The integer sums are
-    /// exact either way, so both give the same sums.
+    /// A block's sums from [`q4_1_step_vnni`] are 32-bit already.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn q4_1_sums_plain(w: &[__m256i; 4], qs: &[i8; QK]) -> __m256i {
-        let mask = _mm256_set1_epi8(0xF);
-        let mut lo = _mm256_setzero_si256();
-        let mut hi = _mm256_setzero_si256();
-        for (g, &wg) in w.iter().enumerate() {
-            let wl = _mm256_and_si256(wg, mask);
-            let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wl, broadcast4(qs, 4 * g)));
-            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wh, broadcast4(qs, 16 + 4 * g)));
-        }
-        _mm256_madd_epi16(_mm256_add_epi16(lo, hi), _mm256_set1_epi16(1))
+    fn q4_1_widen_vnni(s: __m256i) -> __m256i {
+        s
+    }
+
+    /// [`q4_1_step_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
+    /// activations is at most 2 × 15 × 127 = 3810 in size, so a block's eight of them
+    /// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd`
+    /// ([`q4_1_widen_plain`]) widens them: half the multiplier-port instructions of
+    /// widening each step. The integer sums are exact either way, so both give the
+    /// same sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn q4_1_step_plain(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+        let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+        _mm256_add_epi16(s, pairs)
+    }
+
+    /// Widens a block's 16-bit sums from [`q4_1_step_plain`] to 32 bits.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn q4_1_widen_plain(s: __m256i) -> __m256i {
+        _mm256_madd_epi16(s, _mm256_set1_epi16(1))
     }
 
     /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, compiled once per
-    /// way of summing a block (`$sums`): each lane of the accumulators is one of the
-    /// panel's eight rows. Every (row, vector) pair sees the same operations in the
-    /// same order whatever `V`, so batched and single results agree exactly.
+    /// way of summing a block (`$step`, `$widen`): each lane of the accumulators is one
+    /// of the panel's eight rows. One accumulator per vector takes both a block's
+    /// scaled sum and its mins term (two accumulators per vector left four vectors'
+    /// worth of registers short of the 16 AVX2 has, and the spills cost about 5% of a
+    /// batched decode). Every (row, vector) pair sees the same operations in the same
+    /// order whatever `V`, so batched and single results agree exactly.
     macro_rules! packed_q4_1_kernel {
-        ($name:ident, $features:tt, $sums:ident) => {
+        ($name:ident, $features:tt, $step:ident, $widen:ident) => {
             #[inline]
             #[target_feature(enable = $features)]
             fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+                let mask = _mm256_set1_epi8(0xF);
+                let share = prefetch_stride(ahead, x.nb);
                 let mut acc = [_mm256_setzero_ps(); V];
-                let mut mins = [_mm256_setzero_ps(); V];
                 for i in 0..x.nb {
                     let b = &panel[160 * i..160 * i + 160];
-                    prefetch_share(ahead, i, x.nb);
+                    prefetch_share(ahead, i, share);
+                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                    let mut sums = [_mm256_setzero_si256(); V];
+                    for g in 0..4 {
+                        let wg = load32(&b[32 + 32 * g..]);
+                        let wl = _mm256_and_si256(wg, mask);
+                        let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                        for (s, qs) in sums.iter_mut().zip(xs) {
+                            *s = $step(
+                                *s,
+                                wl,
+                                wh,
+                                broadcast4(qs, 4 * g),
+                                broadcast4(qs, 16 + 4 * g),
+                            );
+                        }
+                    }
                     let d = _mm256_cvtph_ps(load16(b));
                     let m = _mm256_cvtph_ps(load16(&b[16..]));
-                    let w: [__m256i; 4] = std::array::from_fn(|g| load32(&b[32 + 32 * g..]));
-                    for v in 0..V {
+                    for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
                         let xb = &x.blocks[v * x.nb + i];
-                        let p = _mm256_cvtepi32_ps($sums(&w, &xb.qs));
-                        acc[v] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[v]);
-                        mins[v] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), mins[v]);
+                        let p = _mm256_cvtepi32_ps($widen(s));
+                        *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), *acc);
+                        *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), *acc);
                     }
                 }
-                std::array::from_fn(|v| lanes(_mm256_add_ps(acc[v], mins[v])))
+                std::array::from_fn(|v| lanes(acc[v]))
             }
         };
     }
-    packed_q4_1_kernel!(packed_q4_1_vnni, "avx2,fma,f16c,avxvnni", q4_1_sums_vnni);
-    packed_q4_1_kernel!(packed_q4_1_plain, "avx2,fma,f16c", q4_1_sums_plain);
+    packed_q4_1_kernel!(
+        packed_q4_1_vnni,
+        "avx2,fma,f16c,avxvnni",
+        q4_1_step_vnni,
+        q4_1_widen_vnni
+    );
+    packed_q4_1_kernel!(
+        packed_q4_1_plain,
+        "avx2,fma,f16c",
+        q4_1_step_plain,
+        q4_1_widen_plain
+    );
 
     /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
     /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
@@ -1977,9 +2005,10 @@ mod x86 {
     fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); V];
+        let share = prefetch_stride(ahead, x.nb);
         for i in 0..x.nb {
             let b = &panel[272 * i..272 * i + 272];
-            prefetch_share(ahead, i, x.nb);
+            prefetch_share(ahead, i, share);
             let d = _mm256_cvtph_ps(load16(b));
             let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
             let aw: [__m256i; 8] = std::array::from_fn(|g| _mm256_sign_epi8(w[g], w[g]));
@@ -2005,9 +2034,10 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
     fn packed_q8_0_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
         let mut acc = [_mm256_setzero_ps(); V];
+        let share = prefetch_stride(ahead, x.nb);
         for i in 0..x.nb {
             let b = &panel[272 * i..272 * i + 272];
-            prefetch_share(ahead, i, x.nb);
+            prefetch_share(ahead, i, share);
             let d = _mm256_cvtph_ps(load16(b));
             let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
             for (v, acc) in acc.iter_mut().enumerate() {
@@ -2060,15 +2090,24 @@ mod x86 {
         o
     }
 
-    /// Asks for share `i` of `nb` of `ahead` (the next panel, or pair of panels) to
-    /// come into the cache. At eight vectors a core needs about 10 GB/s of weights, about what
-    /// one core streams from DRAM, and the hardware prefetcher alone let the loads and
-    /// the arithmetic take turns (a cold pair cost the sum of the two); spread over the
-    /// blocks, these requests keep the memory busy while the kernel computes.
+    /// Bytes of `ahead` to ask for per block of a kernel's `nb`: whole cache lines,
+    /// computed once per call so that the blocks' loop divides nothing.
+    #[inline]
+    fn prefetch_stride(ahead: &[u8], nb: usize) -> usize {
+        ahead.len().div_ceil(nb.max(1)).next_multiple_of(64)
+    }
+
+    /// Asks for share `i` (`share` bytes, from [`prefetch_stride`]) of `ahead` (the
+    /// next panel, or pair of panels) to come into the cache. At eight vectors a core
+    /// needs about 10 GB/s of weights, about what one core streams from DRAM, and the
+    /// hardware prefetcher alone let the loads and the arithmetic take turns (a cold
+    /// pair cost the sum of the two); spread over the blocks, these requests keep the
+    /// memory busy while the kernel computes.
     #[inline]
     #[target_feature(enable = "sse")]
-    fn prefetch_share(ahead: &[u8], i: usize, nb: usize) {
-        let (start, end) = (ahead.len() * i / nb, ahead.len() * (i + 1) / nb);
+    fn prefetch_share(ahead: &[u8], i: usize, share: usize) {
+        let start = (i * share).min(ahead.len());
+        let end = (start + share).min(ahead.len());
         for at in (start..end).step_by(64) {
             _mm_prefetch::<_MM_HINT_T0>(ahead[at..].as_ptr().cast());
         }
@@ -2088,15 +2127,15 @@ mod x86 {
     ) -> [[f32; 16]; V] {
         let mask = _mm512_set1_epi8(0xF);
         let mut acc = [_mm512_setzero_ps(); V];
-        let mut mins = [_mm512_setzero_ps(); V];
+        let share = prefetch_stride(ahead, x.nb);
         for i in 0..x.nb {
             let (a, b) = (&pa[160 * i..160 * i + 160], &pb[160 * i..160 * i + 160]);
-            prefetch_share(ahead, i, x.nb);
+            prefetch_share(ahead, i, share);
             let d = halves_pair(a, b);
             let m = halves_pair(&a[16..], &b[16..]);
             let w: [__m512i; 4] =
                 std::array::from_fn(|g| load_pair(&a[32 + 32 * g..], &b[32 + 32 * g..]));
-            for v in 0..V {
+            for (v, acc) in acc.iter_mut().enumerate() {
                 let xb = &x.blocks[v * x.nb + i];
                 let q = |at: usize| broadcast4_512(&xb.qs, at);
                 let mut lo = _mm512_setzero_si512();
@@ -2108,11 +2147,11 @@ mod x86 {
                     hi = _mm512_dpbusd_epi32(hi, wh, q(16 + 4 * g));
                 }
                 let p = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
-                acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb.d)), acc[v]);
-                mins[v] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.s), mins[v]);
+                *acc = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb.d)), *acc);
+                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.s), *acc);
             }
         }
-        std::array::from_fn(|v| lanes16(_mm512_add_ps(acc[v], mins[v])))
+        std::array::from_fn(|v| lanes16(acc[v]))
     }
 
     /// [`packed_q8_0_vnni`] on two Q8_0 panels at once (see [`packed_q4_1_x2`]).
@@ -2125,9 +2164,10 @@ mod x86 {
         x: Xs<'_>,
     ) -> [[f32; 16]; V] {
         let mut acc = [_mm512_setzero_ps(); V];
+        let share = prefetch_stride(ahead, x.nb);
         for i in 0..x.nb {
             let (a, b) = (&pa[272 * i..272 * i + 272], &pb[272 * i..272 * i + 272]);
-            prefetch_share(ahead, i, x.nb);
+            prefetch_share(ahead, i, share);
             let d = halves_pair(a, b);
             let w: [__m512i; 8] =
                 std::array::from_fn(|g| load_pair(&a[16 + 32 * g..], &b[16 + 32 * g..]));

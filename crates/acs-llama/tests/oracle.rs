@@ -1,6 +1,7 @@
 //! The default model against llama.cpp's reference data (shared/oracle): the same
-//! token ids, the same top-5 at the last position with logits within 1.0 (in
-//! llama.cpp's order wherever its gap between neighbours exceeds [`ORDER_GAP`]), and
+//! token ids, the same top-5 at the last position (but for a near-tie at its edge)
+//! with logits within 1.0 (in llama.cpp's order wherever its gap between neighbours
+//! exceeds [`ORDER_GAP`]), and
 //! the same greedy choice wherever llama.cpp's own margin is wide (above 1.0).
 //!
 //! Needs the default model: `scripts/fetch-model.sh` puts it where
@@ -49,11 +50,17 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
         let logits = step(&model, &mut cache, &want);
         let top5: Vec<usize> = top_k_indices(&logits, 5);
         let ref_top5 = top5_last(p);
-        let mut sorted = top5.clone();
-        sorted.sort_unstable();
-        let mut ref_sorted: Vec<usize> = ref_top5.iter().map(|e| e.0).collect();
-        ref_sorted.sort_unstable();
-        assert_eq!(sorted, ref_sorted, "top-5 ids of {text:?}: {top5:?}");
+        // The same five, except that one of llama.cpp's may lose a near-tie at the
+        // edge: then its logit here is within ORDER_GAP of our fifth (rounding at other
+        // points flips such ties; "The grass is" has its fifth and sixth 0.004 apart).
+        let fifth = logits[top5[4]];
+        for &(id, _) in &ref_top5 {
+            assert!(
+                top5.contains(&id) || fifth - logits[id] < ORDER_GAP,
+                "{text:?}: llama.cpp's top-5 id {id} ({}) is not in ours {top5:?} (fifth {fifth})",
+                logits[id]
+            );
+        }
         for pair in ref_top5.windows(2) {
             let ((a, la), (b, lb)) = (pair[0], pair[1]);
             if la - lb > ORDER_GAP {

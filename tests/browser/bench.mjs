@@ -2,16 +2,17 @@
 // cache) and decode tokens/s on each backend, through the playground page that
 // `acs serve` serves. Prints one JSON line per backend.
 //
-// usage: node bench.mjs BASE_URL [max_tokens]
+// usage: node bench.mjs BASE_URL [max_tokens] [backends]
+//   backends: comma-separated, "webgpu,cpu" by default
 //   (acs serve must be running; no key needed: everything runs in the page)
 import { launch, loadModel } from "./page.mjs";
 
-const [base, maxTokens = "16"] = process.argv.slice(2);
+const [base, maxTokens = "16", backends = "webgpu,cpu"] = process.argv.slice(2);
 const browser = await launch();
 try {
   const page = await browser.newPage();
   await page.goto(`${base}/`);
-  for (const backend of ["webgpu", "cpu"]) {
+  for (const backend of backends.split(",")) {
     const { text, loadMs } = await loadModel(page, backend);
     const load = { text, ms: loadMs };
     const runs = await page.evaluate(async (max) => {

@@ -423,6 +423,11 @@ pub struct QuantizedActivations {
     /// of [`GROUP`] consecutive vectors, for each block index, the group's `GROUP`
     /// sums (zero past the last vector).
     sums: Vec<f32>,
+    /// Every block's values again, widened to 16 bits: wasm SIMD multiplies 16-bit
+    /// lanes (`i32x4.dot_i16x8_s`), and widening once here spares each weight row
+    /// that this input meets from widening it again.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    wide: Vec<[i16; QK]>,
 }
 
 impl QuantizedActivations {
@@ -475,6 +480,12 @@ impl QuantizedActivations {
             for (i, b) in blocks.iter().enumerate() {
                 self.sums[base + i * GROUP] = b.s;
             }
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            self.wide.clear();
+            self.wide
+                .extend(self.blocks.iter().map(|b| b.qs.map(i16::from)));
         }
         Ok(())
     }
@@ -1001,6 +1012,10 @@ fn run_task(
             return;
         }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if ty.uses_q8_activations() && wasm::matmul_rows(ty, weights, rb, rows.clone(), qx, &mut put) {
+        return;
+    }
     for r in rows {
         let row = &weights[r * rb..(r + 1) * rb];
         for v in 0..batch {
@@ -1458,6 +1473,139 @@ mod wasm {
             + f32x4_extract_lane::<2>(acc)
             + f32x4_extract_lane::<3>(acc);
         Some(lanes + extra)
+    }
+
+    /// Values `8k..8k + 8` of a block's widened activations.
+    #[inline(always)]
+    fn load_wide(x: &[i16; QK], k: usize) -> v128 {
+        let s: &[i16; 8] = x[8 * k..8 * k + 8].try_into().expect("8 values");
+        // SAFETY: `s` is 16 readable bytes, and `v128_load` needs no alignment.
+        unsafe { v128_load(s.as_ptr().cast()) }
+    }
+
+    /// A block's 32 weights (two vectors of 16 signed bytes) widened to 16 bits:
+    /// values `8k..8k + 8` in vector `k`, as [`load_wide`] reads the activations.
+    #[inline(always)]
+    fn widen(a: v128, b: v128) -> [v128; 4] {
+        [
+            i16x8_extend_low_i8x16(a),
+            i16x8_extend_high_i8x16(a),
+            i16x8_extend_low_i8x16(b),
+            i16x8_extend_high_i8x16(b),
+        ]
+    }
+
+    /// Four partial sums of a block's 32 widened weights times its 32 activations.
+    #[inline(always)]
+    fn dot32(w: &[v128; 4], x: &[i16; QK]) -> v128 {
+        let d = |k: usize| i32x4_dot_i16x8(w[k], load_wide(x, k));
+        i32x4_add(i32x4_add(d(0), d(1)), i32x4_add(d(2), d(3)))
+    }
+
+    /// Whether [`tile`] serves `ty`: Q8_0, Q4_0 and Q4_1, as [`dot`] does (the
+    /// portable code serves the other formats).
+    fn has_kernel(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+    }
+
+    /// One weight row of a format that [`has_kernel`] serves against vectors
+    /// `g..g + V` of `qx`: each block's weights are loaded, unpacked and widened once
+    /// for all of them, and the activations come widened already. Each vector sees
+    /// the float operations of [`dot`], in its order (the integer sums are exact in
+    /// any order), so batched and single results agree exactly.
+    #[inline(always)]
+    fn tile<const V: usize>(
+        ty: GgmlType,
+        row: &[u8],
+        qx: &QuantizedActivations,
+        g: usize,
+    ) -> [f32; V] {
+        let nb = qx.nb;
+        let blocks: [&[BlockQ8]; V] = std::array::from_fn(|v| qx.vector(g + v));
+        let wide: [&[[i16; QK]]; V] = std::array::from_fn(|v| &qx.wide[(g + v) * nb..][..nb]);
+        let mut acc = [f32x4_splat(0.0); V];
+        // The per-block terms outside the integer dot (a Q4 block's offset or min).
+        let mut extra = [0f32; V];
+        let t = f16_table();
+        let q4 = match ty {
+            GgmlType::Q8_0 => None,
+            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
+            GgmlType::Q4_0 => Some((18, 2)),
+            _ => Some((20, 4)),
+        };
+        match q4 {
+            None => {
+                for (i, b) in row.chunks_exact(34).enumerate() {
+                    let w = widen(load(b, 2), load(b, 18));
+                    let d = le_f16(t, b, 0);
+                    for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+                        *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * x[i].d);
+                    }
+                }
+            }
+            Some((bb, q0)) => {
+                let low = u8x16_splat(0x0F);
+                for (i, b) in row.chunks_exact(bb).enumerate() {
+                    let q = load(b, q0);
+                    // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
+                    // high ones 16..32.
+                    let w = widen(v128_and(q, low), u8x16_shr(q, 4));
+                    let d = le_f16(t, b, 0);
+                    let m = if bb == 18 { -8.0 * d } else { le_f16(t, b, 2) };
+                    for (((acc, extra), x), xw) in
+                        acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
+                    {
+                        let xb = &x[i];
+                        *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * xb.d);
+                        *extra += m * xb.s;
+                    }
+                }
+            }
+        }
+        std::array::from_fn(|v| {
+            let a = acc[v];
+            let lanes = f32x4_extract_lane::<0>(a)
+                + f32x4_extract_lane::<1>(a)
+                + f32x4_extract_lane::<2>(a)
+                + f32x4_extract_lane::<3>(a);
+            lanes + extra[v]
+        })
+    }
+
+    /// Rows `rows` against every vector of a batch (two or more), up to four vectors
+    /// per pass over a row (more would not fit the 16 SIMD registers that V8 maps
+    /// wasm's onto on x86); `false` for the formats [`tile`] does not serve and for a
+    /// lone vector, which [`dot`] serves (in headless Chromium a decode of one
+    /// sequence ran no faster through the widened activations, and 4 choices about a
+    /// third faster).
+    pub(super) fn matmul_rows(
+        ty: GgmlType,
+        weights: &[u8],
+        rb: usize,
+        rows: std::ops::Range<usize>,
+        qx: &QuantizedActivations,
+        put: &mut impl FnMut(usize, usize, f32),
+    ) -> bool {
+        if !has_kernel(ty) || qx.count < 2 {
+            return false;
+        }
+        for r in rows {
+            let row = &weights[r * rb..(r + 1) * rb];
+            for g in (0..qx.count).step_by(4) {
+                let mut emit = |sums: &[f32]| {
+                    for (k, &s) in sums.iter().enumerate() {
+                        put(g + k, r, s);
+                    }
+                };
+                match qx.count - g {
+                    1 => emit(&tile::<1>(ty, row, qx, g)),
+                    2 => emit(&tile::<2>(ty, row, qx, g)),
+                    3 => emit(&tile::<3>(ty, row, qx, g)),
+                    _ => emit(&tile::<4>(ty, row, qx, g)),
+                }
+            }
+        }
+        true
     }
 }
 

@@ -1,10 +1,14 @@
 //! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1 against 8-bit
-//! activations) against the portable f32 dot product, in headless Chromium.
+//! activations) against the portable f32 dot product, and batched against single, in
+//! headless Chromium.
 //!
 //! Run: `wasm-pack test --headless --chrome crates/acs-llama --test wasm_cpu`.
 #![cfg(target_arch = "wasm32")]
 
-use acs_llama::quant::{GgmlType, dot_row, dot_row_q8, quantize_activations, quantize_row};
+use acs_llama::quant::{
+    GgmlType, QuantizedActivations, dot_row, dot_row_q8, matmul_q8, quantize_activations,
+    quantize_row,
+};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -38,6 +42,42 @@ fn simd_dots_agree_with_the_f32_dot() {
                 (exact - fast).abs() <= 0.01 * scale,
                 "{ty:?} n={n}: {exact} vs {fast}"
             );
+        }
+    }
+}
+
+/// A matmul takes up to four vectors per pass over a weight row; every vector's
+/// result must be what its dot alone gives, to the bit, for batches that leave
+/// every remainder.
+#[wasm_bindgen_test]
+fn batched_rows_equal_single_dots() {
+    let (rows, cols) = (7, 96);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut w = vec![0u8; rb * rows];
+        for (r, b) in values(5, rows * cols)
+            .chunks_exact(cols)
+            .zip(w.chunks_exact_mut(rb))
+        {
+            quantize_row(ty, r, b).unwrap();
+        }
+        for batch in 1..=9 {
+            let xs = values(6 + batch as u32, cols * batch);
+            let mut qx = QuantizedActivations::default();
+            qx.quantize_from(&xs, cols).unwrap();
+            let mut out = vec![0f32; rows * batch];
+            matmul_q8(ty, &w, rows, cols, &qx, &mut out).unwrap();
+            for (v, x) in xs.chunks_exact(cols).enumerate() {
+                let one = quantize_activations(x);
+                for r in 0..rows {
+                    let alone = dot_row_q8(ty, &w[r * rb..(r + 1) * rb], &one).unwrap();
+                    assert_eq!(
+                        out[v * rows + r],
+                        alone,
+                        "{ty:?} batch {batch} vector {v} row {r}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1011,6 +1011,9 @@ fn run_task(
         if x86::matmul_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
             return;
         }
+        if x86::k_quant_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
+            return;
+        }
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if ty.uses_q8_activations() && wasm::matmul_rows(ty, weights, rb, rows.clone(), qx, &mut put) {
@@ -1679,7 +1682,7 @@ mod x86 {
                 // SAFETY: an `Avx2Token` exists only after runtime detection found
                 // AVX2, FMA and F16C, the features `$imp` is compiled for; `$imp`
                 // reads `row` and `x` only through bounds-checked slicing.
-                unsafe { $imp(row, x) }
+                unsafe { $imp::<1>(row, [x])[0] }
             }
         };
     }
@@ -2759,21 +2762,24 @@ mod x86 {
         }
     }
 
-    /// Shared body of Q4_K and Q5_K: `qh` holds Q5_K's fifth bits.
+    /// Shared body of Q4_K and Q5_K, one super-block of a row against `V` vectors'
+    /// eight blocks each (`qh` holds Q5_K's fifth bits): the scales and each group's
+    /// values are unpacked once for all the vectors. Adds each vector's scaled sums to
+    /// its `acc` and returns its mins term.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn k4_super_block(
+    fn k4_super_block<const V: usize>(
         b: &[u8],
         qs: &[u8],
         qh: Option<&[u8]>,
-        xs: &[BlockQ8],
-        acc: &mut __m256,
-    ) -> f32 {
+        xs: [&[BlockQ8]; V],
+        acc: &mut [__m256; V],
+    ) -> [f32; V] {
         let (d, dmin) = (h2f(b, 0), h2f(b, 2));
         let (sc, mn) = unpack_scales_k4(&b[4..16]);
         let hbits = qh.map(load32);
         let mask = _mm256_set1_epi8(0xF);
-        let mut mins = 0f32;
+        let mut mins = [0f32; V];
         for j in 0..4 {
             let q = load32(&qs[32 * j..]);
             let lo = _mm256_and_si256(q, mask);
@@ -2785,43 +2791,63 @@ mod x86 {
                     let set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
                     w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(16)));
                 }
-                let xb = &xs[s];
-                let p = mul_sum_us8(w, load_x(xb));
-                let ds = d * f32::from(sc[s]) * xb.d;
-                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(p), *acc);
-                mins += dmin * f32::from(mn[s]) * xb.s;
+                for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(xs) {
+                    let xb = &x[s];
+                    let p = mul_sum_us8(w, load_x(xb));
+                    let ds = d * f32::from(sc[s]) * xb.d;
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(p), *acc);
+                    *mins += dmin * f32::from(mn[s]) * xb.s;
+                }
             }
         }
         mins
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_k(row: &[u8], x: &[BlockQ8]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
-        for (b, xs) in row.chunks_exact(144).zip(x.chunks_exact(8)) {
-            mins += k4_super_block(b, &b[16..144], None, xs, &mut acc);
-        }
-        hsum_ps(acc) - mins
+    /// The blocks of super-block `i` (eight of 32 values) of each vector.
+    #[inline(always)]
+    fn super_blocks<const V: usize>(x: [&[BlockQ8]; V], i: usize) -> [&[BlockQ8]; V] {
+        x.map(|x| &x[8 * i..8 * i + 8])
     }
 
+    /// A Q4_K row against `V` vectors (one vector: its dot product); every vector sees
+    /// the same operations in the same order whatever `V`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn q5_k(row: &[u8], x: &[BlockQ8]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
-        for (b, xs) in row.chunks_exact(176).zip(x.chunks_exact(8)) {
-            mins += k4_super_block(b, &b[48..176], Some(&b[16..48]), xs, &mut acc);
+    fn q4_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+        let mut acc = [_mm256_setzero_ps(); V];
+        let mut mins = [0f32; V];
+        for (i, b) in row.chunks_exact(144).enumerate() {
+            let m = k4_super_block(b, &b[16..144], None, super_blocks(x, i), &mut acc);
+            for (total, m) in mins.iter_mut().zip(m) {
+                *total += m;
+            }
         }
-        hsum_ps(acc) - mins
+        std::array::from_fn(|v| hsum_ps(acc[v]) - mins[v])
     }
 
+    /// A Q5_K row against `V` vectors (see [`q4_k`]).
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn q6_k(row: &[u8], x: &[BlockQ8]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut corr = 0f32;
+    fn q5_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+        let mut acc = [_mm256_setzero_ps(); V];
+        let mut mins = [0f32; V];
+        for (i, b) in row.chunks_exact(176).enumerate() {
+            let qh = Some(&b[16..48]);
+            let m = k4_super_block(b, &b[48..176], qh, super_blocks(x, i), &mut acc);
+            for (total, m) in mins.iter_mut().zip(m) {
+                *total += m;
+            }
+        }
+        std::array::from_fn(|v| hsum_ps(acc[v]) - mins[v])
+    }
+
+    /// A Q6_K row against `V` vectors (see [`q4_k`]).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q6_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+        let mut acc = [_mm256_setzero_ps(); V];
+        let mut corr = [0f32; V];
         let m4 = _mm256_set1_epi8(0xF);
         let m2 = _mm256_set1_epi8(0x30);
-        for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
+        for (i, b) in row.chunks_exact(210).enumerate() {
+            let xs = super_blocks(x, i);
             let d = h2f(b, 208);
             let scales = &b[192..208];
             for half in 0..2 {
@@ -2849,22 +2875,81 @@ mod x86 {
                 ];
                 for (g, w) in groups.into_iter().enumerate() {
                     let s = 4 * half + g;
-                    let xb = &xs[s];
                     let (sa, sb) = (scales[2 * s] as i8, scales[2 * s + 1] as i8);
                     let sc = _mm256_set_m128i(
                         _mm_set1_epi16(i16::from(sb)),
                         _mm_set1_epi16(i16::from(sa)),
                     );
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
-                    let dd = d * xb.d;
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
-                    let off = i32::from(sa) * i32::from(xb.sums[0])
-                        + i32::from(sb) * i32::from(xb.sums[1]);
-                    corr += dd * off as f32;
+                    for ((acc, corr), x) in acc.iter_mut().zip(&mut corr).zip(xs) {
+                        let xb = &x[s];
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+                        let dd = d * xb.d;
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
+                        let off = i32::from(sa) * i32::from(xb.sums[0])
+                            + i32::from(sb) * i32::from(xb.sums[1]);
+                        *corr += dd * off as f32;
+                    }
                 }
             }
         }
-        hsum_ps(acc) - 32.0 * corr
+        std::array::from_fn(|v| hsum_ps(acc[v]) - 32.0 * corr[v])
+    }
+
+    /// The K-quant kernel of `ty` on one row against `V` vectors.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[inline]
+    unsafe fn k_row<const V: usize>(ty: GgmlType, row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+        // SAFETY: the caller guarantees the kernels' features.
+        unsafe {
+            match ty {
+                GgmlType::Q4_K => q4_k(row, x),
+                GgmlType::Q5_K => q5_k(row, x),
+                _ => q6_k(row, x),
+            }
+        }
+    }
+
+    /// Rows `rows` of a Q4_K, Q5_K or Q6_K matrix against every vector of `qx`, up to
+    /// four vectors per pass over a row, so that a batch unpacks each super-block's
+    /// scales and values once per four vectors rather than once per vector; `false`
+    /// (and nothing done) for other formats.
+    pub(super) fn k_quant_rows(
+        _t: Avx2Token,
+        ty: GgmlType,
+        weights: &[u8],
+        rb: usize,
+        rows: std::ops::Range<usize>,
+        qx: &QuantizedActivations,
+        put: &mut impl FnMut(usize, usize, f32),
+    ) -> bool {
+        if !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+            return false;
+        }
+        for r in rows {
+            let row = &weights[r * rb..(r + 1) * rb];
+            for g in (0..qx.count).step_by(4) {
+                let x = |k: usize| qx.vector(g + k);
+                let mut emit = |vals: &[f32]| {
+                    for (k, &val) in vals.iter().enumerate() {
+                        put(g + k, r, val);
+                    }
+                };
+                // SAFETY: an `Avx2Token` exists only after runtime detection found
+                // AVX2, FMA and F16C, the kernels' features; they read `row` and the
+                // blocks only through bounds-checked slicing.
+                unsafe {
+                    match qx.count - g {
+                        1 => emit(&k_row::<1>(ty, row, [x(0)])),
+                        2 => emit(&k_row::<2>(ty, row, [x(0), x(1)])),
+                        3 => emit(&k_row::<3>(ty, row, [x(0), x(1), x(2)])),
+                        _ => emit(&k_row::<4>(ty, row, [x(0), x(1), x(2), x(3)])),
+                    }
+                }
+            }
+        }
+        true
     }
 
     #[cfg(test)]
@@ -3162,6 +3247,9 @@ mod tests {
             (GgmlType::Q8_0, 1),
             (GgmlType::F32, 6),
             (GgmlType::Q6_K, 6),
+            (GgmlType::Q6_K, 5),
+            (GgmlType::Q4_K, 6),
+            (GgmlType::Q5_K, 7),
         ] {
             let (rows, cols) = (37, 256);
             let w = values(1, rows * cols);

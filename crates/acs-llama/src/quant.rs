@@ -1579,8 +1579,8 @@ mod wasm {
     /// per pass over a row (more would not fit the 16 SIMD registers that V8 maps
     /// wasm's onto on x86); `false` for the formats [`tile`] does not serve and for a
     /// lone vector, which [`dot`] serves (in headless Chromium a decode of one
-    /// sequence ran no faster through the widened activations, and 4 choices about a
-    /// third faster).
+    /// sequence ran no faster through the widened activations, slower in some runs;
+    /// one of 4 choices ran about half again as fast).
     pub(super) fn matmul_rows(
         ty: GgmlType,
         weights: &[u8],
@@ -2089,10 +2089,10 @@ mod x86 {
     /// Q4_1 panels of a [`super::PackedMatrix`] against `V` vectors, compiled once per
     /// way of summing a block (`$step`, `$widen`): each lane of the accumulators is one
     /// of the panel's eight rows. One accumulator per vector takes both a block's
-    /// scaled sum and its mins term (two accumulators per vector left four vectors'
-    /// worth of registers short of the 16 AVX2 has, and the spills cost about 5% of a
-    /// batched decode). Every (row, vector) pair sees the same operations in the same
-    /// order whatever `V`, so batched and single results agree exactly.
+    /// scaled sum and its mins term: two per vector left four vectors short of the 16
+    /// AVX2 registers (20 spills per block; 6 now). Every (row, vector) pair sees the
+    /// same operations in the same order whatever `V`, so batched and single results
+    /// agree exactly.
     macro_rules! packed_q4_1_kernel {
         ($name:ident, $features:tt, $step:ident, $widen:ident) => {
             #[inline]

@@ -980,6 +980,49 @@ fn run_jobs(
     crate::team::run(n_tasks, task);
 }
 
+/// A kernel of one weight row against `V` consecutive vectors of a batch (those from
+/// `g`), for [`rows_by_four`].
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+trait RowKernel {
+    fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V];
+}
+
+/// Rows `rows` against every vector of `qx`, up to four vectors per pass over a row,
+/// so that each of a row's blocks is unpacked once per four vectors rather than once
+/// per vector; `put(v, r, value)` takes each result.
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+fn rows_by_four(
+    kernel: &impl RowKernel,
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    qx: &QuantizedActivations,
+    put: &mut impl FnMut(usize, usize, f32),
+) {
+    for r in rows {
+        let row = &weights[r * rb..(r + 1) * rb];
+        for g in (0..qx.count).step_by(4) {
+            let mut emit = |vals: &[f32]| {
+                for (k, &val) in vals.iter().enumerate() {
+                    put(g + k, r, val);
+                }
+            };
+            match qx.count - g {
+                1 => emit(&kernel.row::<1>(row, qx, g)),
+                2 => emit(&kernel.row::<2>(row, qx, g)),
+                3 => emit(&kernel.row::<3>(row, qx, g)),
+                _ => emit(&kernel.row::<4>(row, qx, g)),
+            }
+        }
+    }
+}
+
 /// Rows `rows` of one matrix against every vector: batched tile kernels where the
 /// format has them, else one dot per (row, vector).
 fn run_task(
@@ -1016,7 +1059,7 @@ fn run_task(
         }
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if ty.uses_q8_activations() && wasm::matmul_rows(ty, weights, rb, rows.clone(), qx, &mut put) {
+    if wasm::matmul_rows(ty, weights, rb, rows.clone(), qx, &mut put) {
         return;
     }
     for r in rows {
@@ -1575,6 +1618,16 @@ mod wasm {
         })
     }
 
+    /// [`tile`] for a format that [`has_kernel`] serves.
+    struct Tile(GgmlType);
+
+    impl super::RowKernel for Tile {
+        #[inline(always)]
+        fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
+            tile(self.0, row, qx, g)
+        }
+    }
+
     /// Rows `rows` against every vector of a batch (two or more), up to four vectors
     /// per pass over a row (more would not fit the 16 SIMD registers that V8 maps
     /// wasm's onto on x86); `false` for the formats [`tile`] does not serve and for a
@@ -1592,22 +1645,7 @@ mod wasm {
         if !has_kernel(ty) || qx.count < 2 {
             return false;
         }
-        for r in rows {
-            let row = &weights[r * rb..(r + 1) * rb];
-            for g in (0..qx.count).step_by(4) {
-                let mut emit = |sums: &[f32]| {
-                    for (k, &s) in sums.iter().enumerate() {
-                        put(g + k, r, s);
-                    }
-                };
-                match qx.count - g {
-                    1 => emit(&tile::<1>(ty, row, qx, g)),
-                    2 => emit(&tile::<2>(ty, row, qx, g)),
-                    3 => emit(&tile::<3>(ty, row, qx, g)),
-                    _ => emit(&tile::<4>(ty, row, qx, g)),
-                }
-            }
-        }
+        super::rows_by_four(&Tile(ty), weights, rb, rows, qx, put);
         true
     }
 }
@@ -2895,18 +2933,26 @@ mod x86 {
         std::array::from_fn(|v| hsum_ps(acc[v]) - 32.0 * corr[v])
     }
 
-    /// The K-quant kernel of `ty` on one row against `V` vectors.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    #[inline]
-    unsafe fn k_row<const V: usize>(ty: GgmlType, row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
-        // SAFETY: the caller guarantees the kernels' features.
-        unsafe {
-            match ty {
-                GgmlType::Q4_K => q4_k(row, x),
-                GgmlType::Q5_K => q5_k(row, x),
-                _ => q6_k(row, x),
+    /// The K-quant kernel of a format (Q4_K, Q5_K or Q6_K) on one row against `V`
+    /// vectors; the token proves the kernels' features.
+    struct KQuant {
+        _t: Avx2Token,
+        ty: GgmlType,
+    }
+
+    impl super::RowKernel for KQuant {
+        #[inline]
+        fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
+            let x = std::array::from_fn(|k| qx.vector(g + k));
+            // SAFETY: an `Avx2Token` (`_t`) exists only after runtime detection found
+            // AVX2, FMA and F16C, the kernels' features; they read `row` and the
+            // blocks only through bounds-checked slicing.
+            unsafe {
+                match self.ty {
+                    GgmlType::Q4_K => q4_k(row, x),
+                    GgmlType::Q5_K => q5_k(row, x),
+                    _ => q6_k(row, x),
+                }
             }
         }
     }
@@ -2916,7 +2962,7 @@ mod x86 {
     /// scales and values once per four vectors rather than once per vector; `false`
     /// (and nothing done) for other formats.
     pub(super) fn k_quant_rows(
-        _t: Avx2Token,
+        t: Avx2Token,
         ty: GgmlType,
         weights: &[u8],
         rb: usize,
@@ -2927,28 +2973,7 @@ mod x86 {
         if !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
             return false;
         }
-        for r in rows {
-            let row = &weights[r * rb..(r + 1) * rb];
-            for g in (0..qx.count).step_by(4) {
-                let x = |k: usize| qx.vector(g + k);
-                let mut emit = |vals: &[f32]| {
-                    for (k, &val) in vals.iter().enumerate() {
-                        put(g + k, r, val);
-                    }
-                };
-                // SAFETY: an `Avx2Token` exists only after runtime detection found
-                // AVX2, FMA and F16C, the kernels' features; they read `row` and the
-                // blocks only through bounds-checked slicing.
-                unsafe {
-                    match qx.count - g {
-                        1 => emit(&k_row::<1>(ty, row, [x(0)])),
-                        2 => emit(&k_row::<2>(ty, row, [x(0), x(1)])),
-                        3 => emit(&k_row::<3>(ty, row, [x(0), x(1), x(2)])),
-                        _ => emit(&k_row::<4>(ty, row, [x(0), x(1), x(2), x(3)])),
-                    }
-                }
-            }
-        }
+        super::rows_by_four(&KQuant { _t: t, ty }, weights, rb, rows, qx, put);
         true
     }
 

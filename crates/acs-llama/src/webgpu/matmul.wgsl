@@ -1,6 +1,7 @@
 // Y[b * out_stride + row0 + r] = W[r] · X[b] for the rows of one weight buffer (a
 // tensor larger than the device's binding limit comes in several) and every vector of
-// the batch.
+// the batch; with `accumulate` set, Y[...] += W[r] · X[b] instead: the residual adds
+// of the attention and feed-forward outputs, without a dispatch of their own.
 //
 // A workgroup takes ROWS rows and up to TILE vectors (the host prepends ROWS and
 // LANES, ROWS * LANES = 64, chosen per adapter). Each row gets LANES threads,
@@ -18,6 +19,7 @@ struct Params {
     cols: u32,
     batch: u32,
     row_bytes: u32,
+    accumulate: u32,
 }
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
@@ -26,6 +28,15 @@ struct Params {
 @group(0) @binding(3) var<uniform> P: Params;
 
 const TILE: u32 = 8u;
+
+// Writes one result, adding it to what is there when the pass accumulates.
+fn put(at: u32, v: f32) {
+    if P.accumulate != 0u {
+        Y[at] += v;
+    } else {
+        Y[at] = v;
+    }
+}
 
 // [vector][thread] partial sums.
 var<workgroup> part: array<f32, 512>;
@@ -55,7 +66,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     if LANES == 1u {
         if r < P.rows {
             for (var b = 0u; b < nb; b++) {
-                Y[(b0 + b) * P.out_stride + P.row0 + r] = acc[b];
+                put((b0 + b) * P.out_stride + P.row0 + r, acc[b]);
             }
         }
         return;
@@ -75,7 +86,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     if lane == 0u && r < P.rows {
         for (var b = 0u; b < nb; b++) {
-            Y[(b0 + b) * P.out_stride + P.row0 + r] = part[b * 64u + lid];
+            put((b0 + b) * P.out_stride + P.row0 + r, part[b * 64u + lid]);
         }
     }
 }

@@ -259,6 +259,15 @@ const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 /// What the model needs of a tensor.
+/// How a matmul writes its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// Overwrites the output.
+    Set,
+    /// Adds to the output: the residual stream, so that its add costs no dispatch.
+    Add,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Need {
     /// A weight matrix of `rows` rows of `cols`, kept in its ggml format.
@@ -949,7 +958,6 @@ impl GpuModel {
         let k = rec.scratch("k", t * kv);
         let v = rec.scratch("v", t * kv);
         let attn = rec.scratch("attn", t * d);
-        let proj = rec.scratch("proj", t * d);
         let gate = rec.scratch("gate", t * c.ffn);
         let up = rec.scratch("up", t * c.ffn);
         let scores = rec.scratch("scores", score_floats);
@@ -975,20 +983,34 @@ impl GpuModel {
             self.rms_norm(&mut rec, &x, &b.attn_norm, &xn, t);
             let mut quantized = false;
             for (w, out) in [(&b.wq, &q), (&b.wk, &k), (&b.wv, &v)] {
-                self.matmul(&mut rec, w, &xn, &xq, &mut quantized, out, t);
+                self.matmul(&mut rec, w, &xn, &xq, &mut quantized, (out, Store::Set), t);
             }
-            self.rope(&mut rec, &q, &rope_buf, t, d);
-            self.rope(&mut rec, &k, &rope_buf, t, kv);
+            self.rope(&mut rec, &q, &k, &rope_buf, t);
             for (s, span) in batch.iter().zip(&spans) {
                 self.attend(&mut rec, l, s, span, [&q, &k, &v, &scores, &attn]);
             }
-            self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, &proj, t);
-            self.add(&mut rec, &x, 0, &proj, 0, t * d, t * d);
+            self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, (&x, Store::Add), t);
 
             self.rms_norm(&mut rec, &x, &b.ffn_norm, &xn, t);
             let mut quantized = false;
-            self.matmul(&mut rec, &b.gate, &xn, &xq, &mut quantized, &gate, t);
-            self.matmul(&mut rec, &b.up, &xn, &xq, &mut quantized, &up, t);
+            self.matmul(
+                &mut rec,
+                &b.gate,
+                &xn,
+                &xq,
+                &mut quantized,
+                (&gate, Store::Set),
+                t,
+            );
+            self.matmul(
+                &mut rec,
+                &b.up,
+                &xn,
+                &xq,
+                &mut quantized,
+                (&up, Store::Set),
+                t,
+            );
             let n = (t * c.ffn) as u32;
             rec.dispatch(
                 &self.pipes.swiglu,
@@ -996,8 +1018,15 @@ impl GpuModel {
                 &[n],
                 groups_1d(n),
             );
-            self.matmul(&mut rec, &b.down, &gate, &xq, &mut false, &proj, t);
-            self.add(&mut rec, &x, 0, &proj, 0, t * d, t * d);
+            self.matmul(
+                &mut rec,
+                &b.down,
+                &gate,
+                &xq,
+                &mut false,
+                (&x, Store::Add),
+                t,
+            );
 
             for &(_, si, at) in steer_at.iter().filter(|e| e.0 == l) {
                 let span = &spans[si];
@@ -1027,7 +1056,15 @@ impl GpuModel {
             }
             self.rms_norm(&mut rec, &h, &self.out_norm, &hn, r);
             let out = self.output.as_ref().unwrap_or(&self.embed);
-            self.matmul(&mut rec, out, &hn, &xq, &mut false, &logits, r);
+            self.matmul(
+                &mut rec,
+                out,
+                &hn,
+                &xq,
+                &mut false,
+                (&logits, Store::Set),
+                r,
+            );
             rec.copy(&logits, 0, Dest::Readback(logits_at), r * c.vocab);
         }
 
@@ -1141,8 +1178,9 @@ impl GpuModel {
         );
     }
 
-    /// `out = W · input` for `batch` vectors; block formats read `input` rounded to
-    /// 8 bits, into `xq` unless `quantized` says an earlier matmul already did.
+    /// `out = W · input` (or `out += W · input`, the residual adds, when `store` is
+    /// [`Store::Add`]) for `batch` vectors; block formats read `input` rounded to 8
+    /// bits, into `xq` unless `quantized` says an earlier matmul already did.
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
@@ -1151,7 +1189,7 @@ impl GpuModel {
         input: &wgpu::Buffer,
         xq: &wgpu::Buffer,
         quantized: &mut bool,
-        out: &wgpu::Buffer,
+        (out, store): (&wgpu::Buffer, Store),
         batch: usize,
     ) {
         let x = if w.ty.uses_q8_activations() {
@@ -1178,6 +1216,7 @@ impl GpuModel {
                 w.cols as u32,
                 batch as u32,
                 w.row_bytes as u32,
+                u32::from(store == Store::Add),
             ];
             let groups = (
                 (ch.rows as u32).div_ceil(self.pipes.matmul_rows),
@@ -1188,24 +1227,32 @@ impl GpuModel {
         }
     }
 
+    /// Rotates the queries `q` and the keys `k` of `rows` rows in one dispatch.
     fn rope(
         &self,
         rec: &mut Recorder<'_>,
-        x: &wgpu::Buffer,
+        q: &wgpu::Buffer,
+        k: &wgpu::Buffer,
         angles: &wgpu::Buffer,
         rows: usize,
-        width: usize,
     ) {
         let c = &self.config;
         let pairs = c.rope_dims / 2;
-        let n = (rows * (width / c.head_dim) * pairs) as u32;
+        let (qw, kw) = (c.d_model, c.kv_dim());
+        let n = (rows * (qw + kw) / c.head_dim * pairs) as u32;
         if n == 0 {
             return;
         }
-        let p = [rows as u32, width as u32, c.head_dim as u32, pairs as u32];
+        let p = [
+            rows as u32,
+            qw as u32,
+            kw as u32,
+            c.head_dim as u32,
+            pairs as u32,
+        ];
         rec.dispatch(
             &self.pipes.rope,
-            [whole(x), whole(angles)],
+            [whole(q), whole(k), whole(angles)],
             &p,
             groups_1d(n),
         );

@@ -1412,7 +1412,7 @@ fn groups_1d(n: u32) -> (u32, u32, u32) {
 }
 
 /// A buffer range bound to a kernel.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Binding {
     buf: wgpu::Buffer,
     offset: u64,
@@ -1468,6 +1468,21 @@ enum Op {
 #[derive(Debug, Default)]
 struct Arena {
     bufs: HashMap<&'static str, wgpu::Buffer>,
+    /// The last step's bind groups. A steady batch binds the same buffers at the
+    /// same parameter offsets step after step, and making a bind group (hundreds a
+    /// step) was most of the host's time encoding one; a group the next step does not
+    /// use is dropped with the step, so a finished sequence's cache is not kept alive.
+    groups: HashMap<GroupKey, wgpu::BindGroup>,
+}
+
+/// What a dispatch's bind group holds: its kernel's buffers and its parameters'
+/// offset in the step's uniform buffer.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct GroupKey {
+    pipe: wgpu::ComputePipeline,
+    bindings: Vec<Binding>,
+    uniforms: wgpu::Buffer,
+    params: u64,
 }
 
 impl Arena {
@@ -1604,6 +1619,8 @@ impl<'d> Recorder<'d> {
             wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             u64::MAX,
         );
+        let mut last = std::mem::take(&mut self.arena.groups);
+        let mut kept = HashMap::with_capacity(last.len());
         let groups: Vec<Option<wgpu::BindGroup>> = self
             .ops
             .iter()
@@ -1614,6 +1631,16 @@ impl<'d> Recorder<'d> {
                     params,
                     ..
                 } => {
+                    let key = GroupKey {
+                        pipe: pipe.clone(),
+                        bindings: bindings.clone(),
+                        uniforms: uniforms.clone(),
+                        params: *params,
+                    };
+                    if let Some(g) = last.remove(&key) {
+                        kept.insert(key, g.clone());
+                        return Some(g);
+                    }
                     let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
                         .iter()
                         .enumerate()
@@ -1634,15 +1661,19 @@ impl<'d> Recorder<'d> {
                             size: wgpu::BufferSize::new(PARAM_BYTES),
                         }),
                     });
-                    Some(device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    let g = device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: None,
                         layout: &pipe.get_bind_group_layout(0),
                         entries: &entries,
-                    }))
+                    });
+                    kept.insert(key, g.clone());
+                    Some(g)
                 }
                 _ => None,
             })
             .collect();
+        drop(last);
+        self.arena.groups = kept;
 
         let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("step"),

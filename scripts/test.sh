@@ -20,7 +20,9 @@ cargo clippy -p acs-llama --all-targets --features webgpu -- -D warnings
 
 step "wasm32 builds"
 cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
-cargo build -p acs-llama --features webgpu --target wasm32-unknown-unknown
+
+step "clippy of acs-llama for wasm32 (its SIMD128 kernels, the browser's WebGPU)"
+cargo clippy -p acs-llama --all-targets --features webgpu --target wasm32-unknown-unknown -- -D warnings
 
 step "clippy of the browser package (acs-web, wasm32 only)"
 cargo clippy -p acs-web --all-targets --target wasm32-unknown-unknown -- -D warnings

@@ -1411,9 +1411,10 @@ mod scalar {
     }
 }
 
-/// WebAssembly SIMD128 kernels, the browser's CPU backend: the 8- and 4-bit formats'
-/// dot products with 8-bit activations, 16 lanes at a time (widened to 16 bits and
-/// multiplied pairwise into 32-bit sums). Compiled in when the build enables
+/// WebAssembly SIMD128 kernels, the browser's CPU backend: the dot products of the
+/// 8- and 4-bit formats and of the K-quants (Q4_K, Q5_K, Q6_K) with 8-bit
+/// activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
+/// 32-bit sums). Compiled in when the build enables
 /// `simd128`, as `.cargo/config.toml` does for every wasm32 build; wasm has no runtime
 /// feature detection, and every browser ACS targets runs SIMD128.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -1470,8 +1471,54 @@ mod wasm {
         )
     }
 
-    /// One weight row of `ty` against `x`, for Q8_0, Q4_0 and Q4_1; `None` for the
-    /// other formats (the portable code serves them).
+    /// Values `32s..32s + 32` (sub-block `s`) of a Q4_K or Q5_K super-block as two
+    /// vectors of 16: `qs` holds the nibbles (sub-blocks `2j` and `2j + 1` share
+    /// bytes `32j..`, low nibbles and high), `qh` Q5_K's fifth bits (bit `s` of byte
+    /// `l` for value `l`). Values 0..31 are valid signed bytes.
+    #[inline(always)]
+    fn k4_values(qs: &[u8], qh: Option<&[u8]>, s: usize) -> [v128; 2] {
+        std::array::from_fn(|h| {
+            let q = load(qs, 32 * (s / 2) + 16 * h);
+            let w = if s.is_multiple_of(2) {
+                v128_and(q, u8x16_splat(0x0F))
+            } else {
+                u8x16_shr(q, 4)
+            };
+            match qh {
+                Some(qh) => {
+                    let bit = v128_and(u8x16_shr(load(qh, 16 * h), s as u32), u8x16_splat(1));
+                    v128_or(w, i8x16_shl(bit, 4))
+                }
+                None => w,
+            }
+        })
+    }
+
+    /// Values `32s..32s + 32` (sub-block `s`) of a Q6_K super-block as two vectors
+    /// of 16 signed values (-32..31): four low bits from `ql`, two high ones from
+    /// `qh`, laid out as [`super::q6k_value`] reads them.
+    #[inline(always)]
+    fn q6_values(b: &[u8], s: usize) -> [v128; 2] {
+        let (half, g) = (s / 4, s % 4);
+        std::array::from_fn(|h| {
+            let ql = load(b, 64 * half + (g & 1) * 32 + 16 * h);
+            let qh = load(b, 128 + 32 * half + 16 * h);
+            let lo = v128_and(u8x16_shr(ql, 4 * (g as u32 >> 1)), u8x16_splat(0x0F));
+            let hi = v128_and(u8x16_shr(qh, 2 * g as u32), u8x16_splat(3));
+            i8x16_sub(v128_or(lo, i8x16_shl(hi, 4)), i8x16_splat(32))
+        })
+    }
+
+    /// Q6_K's integer sum of one sub-block: each half of 16 values has its own scale
+    /// (`sc`, signed bytes). `halves` are the two halves' four partial sums.
+    #[inline(always)]
+    fn q6_scaled(halves: [v128; 2], b: &[u8], s: usize) -> v128 {
+        let sc = |h: usize| i32x4_splat(i32::from(b[192 + 2 * s + h] as i8));
+        i32x4_add(i32x4_mul(halves[0], sc(0)), i32x4_mul(halves[1], sc(1)))
+    }
+
+    /// One weight row of `ty` against `x`, for Q8_0, Q4_0, Q4_1 and the K-quants Q4_K,
+    /// Q5_K and Q6_K; `None` for the other formats (the portable code serves them).
     pub(super) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
         let mut acc = f32x4_splat(0.0);
         // The per-block terms outside the integer dot (a Q4 block's offset or min).
@@ -1512,6 +1559,29 @@ mod wasm {
                     };
                 }
             }
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                for (b, xs) in row.chunks_exact(ty.block_bytes()).zip(x.chunks_exact(8)) {
+                    let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
+                    let (sc, mn) = unpack_scales_k4(&b[4..16]);
+                    let (qh, qs) = k4_parts(ty, b);
+                    for (s, xb) in xs.iter().enumerate() {
+                        let w = k4_values(qs, qh, s);
+                        let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+                        acc = add_scaled(acc, i, d * f32::from(sc[s]) * xb.d);
+                        extra -= dmin * f32::from(mn[s]) * xb.s;
+                    }
+                }
+            }
+            GgmlType::Q6_K => {
+                for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
+                    let d = le_f16(t, b, 208);
+                    for (s, xb) in xs.iter().enumerate() {
+                        let w = q6_values(b, s);
+                        let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
+                        acc = add_scaled(acc, q6_scaled(halves, b, s), d * xb.d);
+                    }
+                }
+            }
             _ => return None,
         }
         let lanes = f32x4_extract_lane::<0>(acc)
@@ -1548,10 +1618,37 @@ mod wasm {
         i32x4_add(i32x4_add(d(0), d(1)), i32x4_add(d(2), d(3)))
     }
 
-    /// Whether [`tile`] serves `ty`: Q8_0, Q4_0 and Q4_1, as [`dot`] does (the
-    /// portable code serves the other formats).
+    /// A Q4_K or Q5_K super-block's fifth bits (Q5_K only) and nibbles.
+    #[inline(always)]
+    fn k4_parts(ty: GgmlType, b: &[u8]) -> (Option<&[u8]>, &[u8]) {
+        if ty == GgmlType::Q5_K {
+            (Some(&b[16..48]), &b[48..176])
+        } else {
+            (None, &b[16..144])
+        }
+    }
+
+    /// Four partial sums of 16 widened weights times widened activations `8k..8k + 16`.
+    #[inline(always)]
+    fn dot16_wide(w: &[v128; 4], x: &[i16; QK], k: usize) -> v128 {
+        i32x4_add(
+            i32x4_dot_i16x8(w[k], load_wide(x, k)),
+            i32x4_dot_i16x8(w[k + 1], load_wide(x, k + 1)),
+        )
+    }
+
+    /// Whether [`tile`] serves `ty`: the formats [`dot`] serves (the portable code
+    /// serves the others).
     fn has_kernel(ty: GgmlType) -> bool {
-        matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+        matches!(
+            ty,
+            GgmlType::Q8_0
+                | GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q4_K
+                | GgmlType::Q5_K
+                | GgmlType::Q6_K
+        )
     }
 
     /// One weight row of a format that [`has_kernel`] serves against vectors
@@ -1573,6 +1670,47 @@ mod wasm {
         // The per-block terms outside the integer dot (a Q4 block's offset or min).
         let mut extra = [0f32; V];
         let t = f16_table();
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                for (i, b) in row.chunks_exact(ty.block_bytes()).enumerate() {
+                    let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
+                    let (sc, mn) = unpack_scales_k4(&b[4..16]);
+                    let (qh, qs) = k4_parts(ty, b);
+                    for s in 0..8 {
+                        let [w0, w1] = k4_values(qs, qh, s);
+                        let w = widen(w0, w1);
+                        for (((acc, extra), x), xw) in
+                            acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
+                        {
+                            let xb = &x[8 * i + s];
+                            *acc = add_scaled(
+                                *acc,
+                                dot32(&w, &xw[8 * i + s]),
+                                d * f32::from(sc[s]) * xb.d,
+                            );
+                            *extra -= dmin * f32::from(mn[s]) * xb.s;
+                        }
+                    }
+                }
+                return finish(acc, extra);
+            }
+            GgmlType::Q6_K => {
+                for (i, b) in row.chunks_exact(210).enumerate() {
+                    let d = le_f16(t, b, 208);
+                    for s in 0..8 {
+                        let [w0, w1] = q6_values(b, s);
+                        let w = widen(w0, w1);
+                        for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+                            let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
+                            let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
+                            *acc = add_scaled(*acc, q6_scaled(halves, b, s), d * xb.d);
+                        }
+                    }
+                }
+                return finish(acc, extra);
+            }
+            _ => {}
+        }
         let q4 = match ty {
             GgmlType::Q8_0 => None,
             // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
@@ -1608,6 +1746,12 @@ mod wasm {
                 }
             }
         }
+        finish(acc, extra)
+    }
+
+    /// Each vector's lanes summed as [`dot`] sums them, plus its scalar terms.
+    #[inline(always)]
+    fn finish<const V: usize>(acc: [v128; V], extra: [f32; V]) -> [f32; V] {
         std::array::from_fn(|v| {
             let a = acc[v];
             let lanes = f32x4_extract_lane::<0>(a)

@@ -1,6 +1,6 @@
-//! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1 against 8-bit
-//! activations) against the portable f32 dot product, and batched against single, in
-//! headless Chromium.
+//! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1 and the K-quants Q4_K,
+//! Q5_K, Q6_K against 8-bit activations) against the portable f32 dot product, and
+//! batched against single, in headless Chromium.
 //!
 //! Run: `wasm-pack test --headless --chrome crates/acs-llama --test wasm_cpu`.
 #![cfg(target_arch = "wasm32")]
@@ -26,10 +26,53 @@ fn values(seed: u32, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `x` rounded as the activations of a block-format matmul are: blocks of 32, each to
+/// `d * round(x / d)` with `d = max|x| / 127`, ties to even.
+fn rounded(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let d = b.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            b.iter()
+                .map(move |v| d * (v * inv).round_ties_even().clamp(-127.0, 127.0))
+        })
+        .collect()
+}
+
+/// The K-quants' SIMD dots against the f32 dot of the same weights with the
+/// activations rounded as the kernels see them: only float summation order separates
+/// the two (a value off by one in any sub-block would not pass).
+#[wasm_bindgen_test]
+fn k_quant_dots_equal_the_rounded_f32_dot() {
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for (seed, n) in [(11, 256), (12, 512), (13, 1536)] {
+            let w = values(seed, n);
+            let x = values(seed + 100, n);
+            let mut row = vec![0u8; ty.row_bytes(n).unwrap()];
+            quantize_row(ty, &w, &mut row).unwrap();
+            let xr = rounded(&x);
+            let exact = dot_row(ty, &row, &xr).unwrap();
+            let fast = dot_row_q8(ty, &row, &quantize_activations(&x)).unwrap();
+            let scale: f32 = w.iter().zip(&xr).map(|(a, b)| (a * b).abs()).sum();
+            assert!(
+                (exact - fast).abs() <= 1e-5 * scale,
+                "{ty:?} n={n}: {exact} vs {fast}"
+            );
+        }
+    }
+}
+
 #[wasm_bindgen_test]
 fn simd_dots_agree_with_the_f32_dot() {
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
-        for (seed, n) in [(1, 32), (2, 256), (3, 576), (4, 1536)] {
+    let k_quants = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]
+        .into_iter()
+        .chain(k_quants)
+    {
+        for (seed, n) in [(1, 32), (2, 256), (3, 576), (4, 1536), (5, 512)] {
+            if n % ty.block_size() != 0 {
+                continue;
+            }
             let w = values(seed, n);
             let x = values(seed + 100, n);
             let mut row = vec![0u8; ty.row_bytes(n).unwrap()];
@@ -51,8 +94,16 @@ fn simd_dots_agree_with_the_f32_dot() {
 /// every remainder.
 #[wasm_bindgen_test]
 fn batched_rows_equal_single_dots() {
-    let (rows, cols) = (7, 96);
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+    let rows = 7;
+    let formats = [
+        (GgmlType::Q8_0, 96),
+        (GgmlType::Q4_0, 96),
+        (GgmlType::Q4_1, 96),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q5_K, 512),
+        (GgmlType::Q6_K, 512),
+    ];
+    for (ty, cols) in formats {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
         for (r, b) in values(5, rows * cols)

@@ -91,6 +91,14 @@ pub struct Ticket {
 }
 
 impl Ticket {
+    /// The ticket of the request that watches `cancel`.
+    pub(crate) fn new(cancel: Arc<AtomicBool>) -> Ticket {
+        Ticket {
+            cancel,
+            armed: true,
+        }
+    }
+
     /// Asks the request to stop at its next step.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
@@ -135,6 +143,20 @@ pub struct SchedulerConfig {
 }
 
 impl SchedulerConfig {
+    /// Refuses a request that could never fit the KV memory, whatever runs beside
+    /// it; one that fits waits for room if it must.
+    pub(crate) fn admits(&self, model: &Model, generation: &Generation) -> Result<(), ApiError> {
+        let need = generation.kv_tokens();
+        if need > self.kv_capacity_tokens {
+            let per = model.config.kv_bytes_per_token();
+            return Err(too_big_for_memory(
+                need * per,
+                self.kv_capacity_tokens * per,
+            ));
+        }
+        Ok(())
+    }
+
     /// A config with `kv_bytes` of KV memory for `model`.
     pub fn with_kv_bytes(model: &Model, kv_bytes: usize) -> Self {
         SchedulerConfig {
@@ -260,15 +282,15 @@ impl<B: Backend> Scheduler<B> {
 
     /// Queues a request; refuses one that could never fit the KV memory.
     pub fn submit(&mut self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
-        let need = generation.kv_tokens();
-        if need > self.config.kv_capacity_tokens {
-            let per = self.model.config.kv_bytes_per_token();
-            return Err(too_big_for_memory(
-                need * per,
-                self.config.kv_capacity_tokens * per,
-            ));
-        }
+        self.config.admits(&self.model, &generation)?;
         let cancel = Arc::new(AtomicBool::new(false));
+        self.enqueue(generation, sink, Arc::clone(&cancel));
+        Ok(Ticket::new(cancel))
+    }
+
+    /// Queues a request that [`SchedulerConfig::admits`] accepted, to stop when
+    /// `cancel` is set.
+    pub(crate) fn enqueue(&mut self, generation: Generation, sink: Sink, cancel: Arc<AtomicBool>) {
         let prompts = generation
             .prompts
             .iter()
@@ -283,15 +305,11 @@ impl<B: Backend> Scheduler<B> {
         self.waiting.push_back(Active {
             generation,
             sink,
-            cancel: Arc::clone(&cancel),
+            cancel,
             prompts,
             choices: Vec::new(),
             activations: Vec::new(),
         });
-        Ok(Ticket {
-            cancel,
-            armed: true,
-        })
     }
 
     /// Runs one step: admits waiting requests that fit, prefills a chunk of prompts,

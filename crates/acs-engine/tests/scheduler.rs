@@ -338,3 +338,29 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
     assert_eq!((e.status(), e.param.as_deref()), (400, Some("max_tokens")));
     assert!(per_token > 0);
 }
+
+/// The engine thread's handle refuses a request that could never fit as the
+/// scheduler does, at once and in the contract's terms, and runs one that fits.
+#[test]
+fn the_engine_refuses_what_could_never_fit() {
+    let m = model();
+    let config = SchedulerConfig {
+        kv_capacity_tokens: 30,
+        prefill_chunk: 256,
+    };
+    let engine = acs_engine::Engine::start(Arc::clone(&m), config);
+    let generation = |max_tokens: u32| {
+        let body = json!({"model":"m","prompt":[5],"max_tokens":max_tokens,"temperature":0});
+        let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
+        prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap()
+    };
+    let e = engine
+        .submit(generation(40), Box::new(|_| true))
+        .unwrap_err();
+    assert_eq!((e.status(), e.param.as_deref()), (400, Some("max_tokens")));
+    let events = engine.run(generation(20)).unwrap();
+    match events.last() {
+        Some(Event::Done(f)) => assert_eq!(f.usage.completion_tokens, 20),
+        other => panic!("expected the request to finish, got {other:?}"),
+    }
+}

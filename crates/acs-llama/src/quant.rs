@@ -1414,9 +1414,9 @@ mod scalar {
 /// WebAssembly SIMD128 kernels, the browser's CPU backend: the dot products of the
 /// 8- and 4-bit formats and of the K-quants (Q4_K, Q5_K, Q6_K) with 8-bit
 /// activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
-/// 32-bit sums). Compiled in when the build enables
-/// `simd128`, as `.cargo/config.toml` does for every wasm32 build; wasm has no runtime
-/// feature detection, and every browser ACS targets runs SIMD128.
+/// 32-bit sums). Compiled in when the build enables `simd128`, as
+/// `.cargo/config.toml` does for every wasm32 build; wasm has no runtime feature
+/// detection, and every browser ACS targets runs SIMD128.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm {
     use std::arch::wasm32::*;
@@ -1509,8 +1509,9 @@ mod wasm {
         })
     }
 
-    /// Q6_K's integer sum of one sub-block: each half of 16 values has its own scale
-    /// (`sc`, signed bytes). `halves` are the two halves' four partial sums.
+    /// Q6_K's integer sum of sub-block `s` of super-block `b`: `halves` are its two
+    /// halves' four partial sums, and each half of 16 values has its own scale (a
+    /// signed byte from `b[192..208]`).
     #[inline(always)]
     fn q6_scaled(halves: [v128; 2], b: &[u8], s: usize) -> v128 {
         let sc = |h: usize| i32x4_splat(i32::from(b[192 + 2 * s + h] as i8));

@@ -258,7 +258,6 @@ const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-/// What the model needs of a tensor.
 /// How a matmul writes its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
@@ -268,6 +267,7 @@ enum Store {
     Add,
 }
 
+/// What the model needs of a tensor.
 #[derive(Debug, Clone, Copy)]
 enum Need {
     /// A weight matrix of `rows` rows of `cols`, kept in its ggml format.
@@ -980,8 +980,8 @@ impl GpuModel {
         }
 
         for (l, b) in self.blocks.iter().enumerate() {
-            self.rms_norm(&mut rec, &x, &b.attn_norm, &xn, t);
-            let mut quantized = false;
+            let qkv = [&b.wq, &b.wk, &b.wv];
+            let mut quantized = self.rms_norm(&mut rec, &x, &b.attn_norm, (&xn, &xq), t, &qkv);
             for (w, out) in [(&b.wq, &q), (&b.wk, &k), (&b.wv, &v)] {
                 self.matmul(&mut rec, w, &xn, &xq, &mut quantized, (out, Store::Set), t);
             }
@@ -991,8 +991,8 @@ impl GpuModel {
             }
             self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, (&x, Store::Add), t);
 
-            self.rms_norm(&mut rec, &x, &b.ffn_norm, &xn, t);
-            let mut quantized = false;
+            let mut quantized =
+                self.rms_norm(&mut rec, &x, &b.ffn_norm, (&xn, &xq), t, &[&b.gate, &b.up]);
             self.matmul(
                 &mut rec,
                 &b.gate,
@@ -1011,19 +1011,25 @@ impl GpuModel {
                 (&up, Store::Set),
                 t,
             );
-            let n = (t * c.ffn) as u32;
-            rec.dispatch(
-                &self.pipes.swiglu,
-                [whole(&gate), whole(&up)],
-                &[n],
-                groups_1d(n),
-            );
+            if b.down.ty.uses_q8_activations() {
+                // SwiGLU rides on the rounding of the down projection's input.
+                self.quantize(&mut rec, &gate, Some(&up), &xq, t * c.ffn / 32);
+            } else {
+                let n = (t * c.ffn) as u32;
+                rec.dispatch(
+                    &self.pipes.swiglu,
+                    [whole(&gate), whole(&up)],
+                    &[n],
+                    groups_1d(n),
+                );
+            }
+            let mut quantized = b.down.ty.uses_q8_activations();
             self.matmul(
                 &mut rec,
                 &b.down,
                 &gate,
                 &xq,
-                &mut false,
+                &mut quantized,
                 (&x, Store::Add),
                 t,
             );
@@ -1054,14 +1060,14 @@ impl GpuModel {
             for (i, &row) in logit_rows.iter().enumerate() {
                 rec.copy(&x, row * d, Dest::Buffer(&h, i * d), d);
             }
-            self.rms_norm(&mut rec, &h, &self.out_norm, &hn, r);
             let out = self.output.as_ref().unwrap_or(&self.embed);
+            let mut quantized = self.rms_norm(&mut rec, &h, &self.out_norm, (&hn, &xq), r, &[out]);
             self.matmul(
                 &mut rec,
                 out,
                 &hn,
                 &xq,
-                &mut false,
+                &mut quantized,
                 (&logits, Store::Set),
                 r,
             );
@@ -1161,20 +1167,47 @@ impl GpuModel {
         cache.layer_bytes = layer_bytes;
     }
 
+    /// `out` = `x` normalized (RMSNorm with gain `g`) for `rows` rows, and `out`
+    /// rounded to 8 bits into `xq` as well when a matmul of `readers` takes rounded
+    /// activations: returns whether it did (what [`Self::matmul`]'s `quantized`
+    /// starts from).
+    #[allow(clippy::too_many_arguments)]
     fn rms_norm(
         &self,
         rec: &mut Recorder<'_>,
         x: &wgpu::Buffer,
         g: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        (out, xq): (&wgpu::Buffer, &wgpu::Buffer),
         rows: usize,
-    ) {
+        readers: &[&GpuTensor],
+    ) -> bool {
         let c = &self.config;
+        let round = readers.iter().any(|w| w.ty.uses_q8_activations());
         rec.dispatch(
             &self.pipes.rms_norm,
-            [whole(x), whole(g), whole(out)],
-            &[c.d_model as u32, c.rms_eps.to_bits()],
+            [whole(x), whole(g), whole(out), whole(xq)],
+            &[c.d_model as u32, c.rms_eps.to_bits(), u32::from(round)],
             (rows as u32, 1, 1),
+        );
+        round
+    }
+
+    /// Rounds `n_blocks` blocks of 32 of `input` to 8 bits into `xq`; with `up`,
+    /// of silu(`input`) · `up`, the feed-forward gate.
+    fn quantize(
+        &self,
+        rec: &mut Recorder<'_>,
+        input: &wgpu::Buffer,
+        up: Option<&wgpu::Buffer>,
+        xq: &wgpu::Buffer,
+        n_blocks: usize,
+    ) {
+        let n = n_blocks as u32;
+        rec.dispatch(
+            &self.pipes.quantize,
+            [whole(input), whole(up.unwrap_or(input)), whole(xq)],
+            &[n, u32::from(up.is_some())],
+            groups_1d(n),
         );
     }
 
@@ -1194,13 +1227,7 @@ impl GpuModel {
     ) {
         let x = if w.ty.uses_q8_activations() {
             if !*quantized {
-                let n_blocks = (batch * w.cols / 32) as u32;
-                rec.dispatch(
-                    &self.pipes.quantize,
-                    [whole(input), whole(xq)],
-                    &[n_blocks],
-                    groups_1d(n_blocks),
-                );
+                self.quantize(rec, input, None, xq, batch * w.cols / 32);
                 *quantized = true;
             }
             xq
@@ -1383,8 +1410,14 @@ impl Pipelines {
                 .collect(),
             matmul_rows,
             embed: make("embed", &with_format(embed_ty, include_str!("embed.wgsl"))),
-            rms_norm: make("rms_norm", include_str!("rms_norm.wgsl")),
-            quantize: make("quantize", include_str!("quantize.wgsl")),
+            rms_norm: make(
+                "rms_norm",
+                &[include_str!("round8.wgsl"), include_str!("rms_norm.wgsl")].concat(),
+            ),
+            quantize: make(
+                "quantize",
+                &[include_str!("round8.wgsl"), include_str!("quantize.wgsl")].concat(),
+            ),
             rope: make("rope", include_str!("rope.wgsl")),
             swiglu: make("swiglu", include_str!("swiglu.wgsl")),
             add: make("add", include_str!("add.wgsl")),
@@ -1469,9 +1502,10 @@ enum Op {
 struct Arena {
     bufs: HashMap<&'static str, wgpu::Buffer>,
     /// The last step's bind groups. A steady batch binds the same buffers at the
-    /// same parameter offsets step after step, and making a bind group (hundreds a
-    /// step) was most of the host's time encoding one; a group the next step does not
-    /// use is dropped with the step, so a finished sequence's cache is not kept alive.
+    /// same parameter offsets step after step, and making its bind groups (hundreds
+    /// a step) took about 40% of the host's time to encode and submit one on
+    /// lavapipe; a group the next step does not use is dropped with the step, so a
+    /// finished sequence's cache is not kept alive.
     groups: HashMap<GroupKey, wgpu::BindGroup>,
 }
 

@@ -1,15 +1,24 @@
-// Rounds activations to 8-bit blocks of 32 and expands them again: Y = d * round(X / d)
-// with d = max|X| / 127 per block, ties to even, exactly as the CPU path (and
-// llama.cpp) rounds the inputs of block-format matmuls. Keeping the rounding makes
-// the GPU logits match the CPU's rather than an exact f32 forward pass.
+// Y = X rounded to 8-bit blocks of 32 (round8.wgsl, prepended); with `swiglu` set,
+// the values rounded are silu(X) * U, the feed-forward gate (X the gate projection, U
+// the up one), so that the down projection's input costs one dispatch, not two.
 
 struct Params {
     n_blocks: u32,
+    swiglu: u32,
 }
 
 @group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(2) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> U: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> P: Params;
+
+fn value(i: u32) -> f32 {
+    if P.swiglu != 0u {
+        let g = X[i];
+        return g / (1.0 + exp(-g)) * U[i];
+    }
+    return X[i];
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -18,22 +27,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let o = b * 32u;
+    var v: array<f32, 32>;
     var amax = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        amax = max(amax, abs(X[o + j]));
+        v[j] = value(o + j);
+        amax = max(amax, abs(v[j]));
     }
-    // WGSL lets division be off by 2.5 ulp; one FMA correction step each makes d
-    // and 1/d the correctly rounded values the CPU computes, so that fewer values
-    // near a rounding boundary land on the other side.
-    let d0 = amax / 127.0;
-    let d = d0 + fma(-d0, 127.0, amax) / 127.0;
-    var inv = 0.0;
-    if d > 0.0 {
-        let i0 = 1.0 / d;
-        inv = fma(i0, fma(-d, i0, 1.0), i0);
-    }
+    let s = round8_scale(amax);
     for (var j = 0u; j < 32u; j++) {
-        // WGSL's round() rounds halves to even.
-        Y[o + j] = d * clamp(round(X[o + j] * inv), -127.0, 127.0);
+        Y[o + j] = round8(v[j], s);
     }
 }

@@ -1,14 +1,18 @@
-// Y[r] = X[r] / sqrt(mean(X[r]²) + eps) * G, one workgroup per row.
+// Y[r] = X[r] / sqrt(mean(X[r]²) + eps) * G, one workgroup per row; with `round` set,
+// also Q[r] = Y[r] rounded to 8-bit blocks of 32 (round8.wgsl, prepended), the input
+// of the block-format matmuls that follow, without a dispatch of its own.
 
 struct Params {
     d: u32,
     eps: f32,
+    round: u32,
 }
 
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> G: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(3) var<uniform> P: Params;
+@group(0) @binding(3) var<storage, read_write> Q: array<f32>;
+@group(0) @binding(4) var<uniform> P: Params;
 
 var<workgroup> red: array<f32, 64>;
 
@@ -29,7 +33,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         workgroupBarrier();
     }
     let inv = 1.0 / sqrt(red[0] / f32(P.d) + P.eps);
-    for (var i = lid.x; i < P.d; i += 64u) {
-        Y[base + i] = X[base + i] * inv * G[i];
+    if P.round == 0u {
+        for (var i = lid.x; i < P.d; i += 64u) {
+            Y[base + i] = X[base + i] * inv * G[i];
+        }
+        return;
+    }
+    // A block of 32 per thread, so that each thread has its block's maximum.
+    for (var blk = lid.x; blk < P.d / 32u; blk += 64u) {
+        let o = 32u * blk;
+        var y: array<f32, 32>;
+        var amax = 0.0;
+        for (var j = 0u; j < 32u; j++) {
+            y[j] = X[base + o + j] * inv * G[o + j];
+            Y[base + o + j] = y[j];
+            amax = max(amax, abs(y[j]));
+        }
+        let sc = round8_scale(amax);
+        for (var j = 0u; j < 32u; j++) {
+            Q[base + o + j] = round8(y[j], sc);
+        }
     }
 }

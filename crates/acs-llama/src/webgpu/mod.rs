@@ -214,6 +214,11 @@ pub struct GpuCache {
     len: usize,
     cap: usize,
     layer_bytes: u64,
+    /// The bind groups of the last step's kernels that bound this cache, kept with
+    /// it (see [`Arena::groups`]) so that they end with the sequence: kept in the
+    /// arena, they would keep its buffers alive after it ended, beside the next
+    /// batch's new caches (twice the KV memory at once) or through an idle spell.
+    groups: HashMap<GroupKey, wgpu::BindGroup>,
 }
 
 impl GpuCache {
@@ -257,6 +262,15 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
+
+/// Where a dispatch's bind group is kept from one step to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// In the arena: it binds the step's own buffers and the weights.
+    Step,
+    /// With the KV cache of the batch's sequence of this index, which it binds.
+    Sequence(usize),
+}
 
 /// How a matmul writes its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -811,6 +825,7 @@ impl GpuModel {
             len: cache.len,
             cap: cache.cap,
             layer_bytes: cache.layer_bytes,
+            groups: HashMap::new(),
         })
     }
 
@@ -986,8 +1001,8 @@ impl GpuModel {
                 self.matmul(&mut rec, w, &xn, &xq, &mut quantized, (out, Store::Set), t);
             }
             self.rope(&mut rec, &q, &k, &rope_buf, t);
-            for (s, span) in batch.iter().zip(&spans) {
-                self.attend(&mut rec, l, s, span, [&q, &k, &v, &scores, &attn]);
+            for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
+                self.attend(&mut rec, l, (si, s), span, [&q, &k, &v, &scores, &attn]);
             }
             self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, (&x, Store::Add), t);
 
@@ -1074,7 +1089,14 @@ impl GpuModel {
             rec.copy(&logits, 0, Dest::Readback(logits_at), r * c.vocab);
         }
 
-        let data = rec.finish(readback_floats).await;
+        let mut groups: Vec<_> = batch
+            .iter_mut()
+            .map(|s| std::mem::take(&mut s.cache.groups))
+            .collect();
+        let data = rec.finish(readback_floats, &mut groups).await;
+        for (s, g) in batch.iter_mut().zip(groups) {
+            s.cache.groups = g;
+        }
         scopes.pop().await?;
         self.check_lost()?;
         let (data, arena) = data?;
@@ -1311,7 +1333,7 @@ impl GpuModel {
         &self,
         rec: &mut Recorder<'_>,
         layer: usize,
-        s: &GpuSeqInput<'_>,
+        (si, s): (usize, &GpuSeqInput<'_>),
         span: &Range<usize>,
         bufs: [&wgpu::Buffer; 5],
     ) {
@@ -1332,7 +1354,8 @@ impl GpuModel {
             size: Some(cache.layer_bytes),
         };
         let words = (span.len() * kv / 2) as u32;
-        rec.dispatch(
+        rec.dispatch_for(
+            Owner::Sequence(si),
             &self.pipes.kv_store,
             [whole(k), whole(v), slice(ck), slice(cv)],
             &[span.start as u32, cache.len as u32, words, kv as u32],
@@ -1349,7 +1372,8 @@ impl GpuModel {
             (cache.len + span.len()) as u32,
             (1.0 / (c.head_dim as f32).sqrt()).to_bits(),
         ];
-        rec.dispatch(
+        rec.dispatch_for(
+            Owner::Sequence(si),
             &self.pipes.attention,
             [whole(q), slice(ck), slice(cv), whole(scores), whole(out)],
             &p,
@@ -1477,6 +1501,8 @@ enum Op {
         /// Offset of its parameters in the uniform buffer.
         params: u64,
         groups: (u32, u32, u32),
+        /// Where its bind group is kept for the next step.
+        owner: Owner,
     },
     Copy {
         src: wgpu::Buffer,
@@ -1501,11 +1527,12 @@ enum Op {
 #[derive(Debug, Default)]
 struct Arena {
     bufs: HashMap<&'static str, wgpu::Buffer>,
-    /// The last step's bind groups. A steady batch binds the same buffers at the
-    /// same parameter offsets step after step, and making its bind groups (hundreds
-    /// a step) took about 40% of the host's time to encode and submit one on
-    /// lavapipe; a group the next step does not use is dropped with the step, so a
-    /// finished sequence's cache is not kept alive.
+    /// The last step's bind groups, but those that bind a sequence's KV cache
+    /// (which [`GpuCache::groups`] keeps). A
+    /// steady batch binds the same buffers at the same parameter offsets step after
+    /// step, and making its bind groups (hundreds a step) took about 40% of the
+    /// host's time to encode and submit one on lavapipe; a group the next step does
+    /// not use is dropped with the step.
     groups: HashMap<GroupKey, wgpu::BindGroup>,
 }
 
@@ -1600,6 +1627,18 @@ impl<'d> Recorder<'d> {
         params: &[u32],
         groups: (u32, u32, u32),
     ) {
+        self.dispatch_for(Owner::Step, pipe, bindings, params, groups);
+    }
+
+    /// [`Recorder::dispatch`], its bind group kept by `owner`.
+    fn dispatch_for<const N: usize>(
+        &mut self,
+        owner: Owner,
+        pipe: &wgpu::ComputePipeline,
+        bindings: [Binding; N],
+        params: &[u32],
+        groups: (u32, u32, u32),
+    ) {
         debug_assert!(params.len() * 4 <= PARAM_BYTES as usize);
         let at = self.params.len() as u64;
         self.params
@@ -1610,6 +1649,7 @@ impl<'d> Recorder<'d> {
             bindings: bindings.into(),
             params: at,
             groups,
+            owner,
         });
     }
 
@@ -1639,7 +1679,13 @@ impl<'d> Recorder<'d> {
     // wgpu hashes and compares its resource handles by identity, which the handles'
     // interior state (what the lint sees on wasm32) never changes.
     #[allow(clippy::mutable_key_type)]
-    async fn finish(mut self, readback_floats: usize) -> Result<(Vec<f32>, Arena), GpuError> {
+    /// `sequences` are the bind groups the batch's caches kept from their last step
+    /// (see [`GpuCache::groups`]); each comes back with this step's.
+    async fn finish(
+        mut self,
+        readback_floats: usize,
+        sequences: &mut [HashMap<GroupKey, wgpu::BindGroup>],
+    ) -> Result<(Vec<f32>, Arena), GpuError> {
         let device = self.device;
         let uniforms = self.arena.get(
             device,
@@ -1656,8 +1702,16 @@ impl<'d> Recorder<'d> {
             wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             u64::MAX,
         );
-        let mut last = std::mem::take(&mut self.arena.groups);
-        let mut kept = HashMap::with_capacity(last.len());
+        // The last step's groups, and this step's, by owner: the arena's first,
+        // then each sequence's.
+        let mut last: Vec<HashMap<GroupKey, wgpu::BindGroup>> =
+            std::iter::once(std::mem::take(&mut self.arena.groups))
+                .chain(sequences.iter_mut().map(std::mem::take))
+                .collect();
+        let mut kept: Vec<HashMap<GroupKey, wgpu::BindGroup>> = last
+            .iter()
+            .map(|g| HashMap::with_capacity(g.len()))
+            .collect();
         let groups: Vec<Option<wgpu::BindGroup>> = self
             .ops
             .iter()
@@ -1666,6 +1720,7 @@ impl<'d> Recorder<'d> {
                     pipe,
                     bindings,
                     params,
+                    owner,
                     ..
                 } => {
                     let key = GroupKey {
@@ -1674,8 +1729,12 @@ impl<'d> Recorder<'d> {
                         uniforms: uniforms.clone(),
                         params: *params,
                     };
-                    if let Some(g) = last.remove(&key) {
-                        kept.insert(key, g.clone());
+                    let o = match owner {
+                        Owner::Step => 0,
+                        Owner::Sequence(i) => 1 + i,
+                    };
+                    if let Some(g) = last[o].remove(&key) {
+                        kept[o].insert(key, g.clone());
                         return Some(g);
                     }
                     let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
@@ -1703,14 +1762,18 @@ impl<'d> Recorder<'d> {
                         layout: &pipe.get_bind_group_layout(0),
                         entries: &entries,
                     });
-                    kept.insert(key, g.clone());
+                    kept[o].insert(key, g.clone());
                     Some(g)
                 }
                 _ => None,
             })
             .collect();
         drop(last);
-        self.arena.groups = kept;
+        let mut kept = kept.into_iter();
+        self.arena.groups = kept.next().expect("the arena's groups");
+        for (mine, groups) in sequences.iter_mut().zip(kept) {
+            *mine = groups;
+        }
 
         let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("step"),

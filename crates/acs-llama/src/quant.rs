@@ -1585,11 +1585,7 @@ mod wasm {
             }
             _ => return None,
         }
-        let lanes = f32x4_extract_lane::<0>(acc)
-            + f32x4_extract_lane::<1>(acc)
-            + f32x4_extract_lane::<2>(acc)
-            + f32x4_extract_lane::<3>(acc);
-        Some(lanes + extra)
+        Some(finish([acc], [extra])[0])
     }
 
     /// Values `8k..8k + 8` of a block's widened activations.
@@ -1693,7 +1689,6 @@ mod wasm {
                         }
                     }
                 }
-                return finish(acc, extra);
             }
             GgmlType::Q6_K => {
                 for (i, b) in row.chunks_exact(210).enumerate() {
@@ -1708,18 +1703,8 @@ mod wasm {
                         }
                     }
                 }
-                return finish(acc, extra);
             }
-            _ => {}
-        }
-        let q4 = match ty {
-            GgmlType::Q8_0 => None,
-            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
-            GgmlType::Q4_0 => Some((18, 2)),
-            _ => Some((20, 4)),
-        };
-        match q4 {
-            None => {
+            GgmlType::Q8_0 => {
                 for (i, b) in row.chunks_exact(34).enumerate() {
                     let w = widen(load(b, 2), load(b, 18));
                     let d = le_f16(t, b, 0);
@@ -1728,7 +1713,13 @@ mod wasm {
                     }
                 }
             }
-            Some((bb, q0)) => {
+            _ => {
+                // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
+                let (bb, q0) = if ty == GgmlType::Q4_0 {
+                    (18, 2)
+                } else {
+                    (20, 4)
+                };
                 let low = u8x16_splat(0x0F);
                 for (i, b) in row.chunks_exact(bb).enumerate() {
                     let q = load(b, q0);
@@ -2651,7 +2642,7 @@ mod x86 {
     /// the kernel waited for it.
     fn ahead_part(next: Option<&[u8]>, part: usize, parts: usize) -> &[u8] {
         let Some(next) = next else { return &[] };
-        let share = next.len().div_ceil(parts.max(1)).next_multiple_of(64);
+        let share = prefetch_stride(next, parts);
         let start = (part * share).min(next.len());
         &next[start..(start + share).min(next.len())]
     }

@@ -1026,7 +1026,8 @@ impl GpuModel {
                 (&up, Store::Set),
                 t,
             );
-            if b.down.ty.uses_q8_activations() {
+            let mut quantized = b.down.ty.uses_q8_activations();
+            if quantized {
                 // SwiGLU rides on the rounding of the down projection's input.
                 self.quantize(&mut rec, &gate, Some(&up), &xq, t * c.ffn / 32);
             } else {
@@ -1038,7 +1039,6 @@ impl GpuModel {
                     groups_1d(n),
                 );
             }
-            let mut quantized = b.down.ty.uses_q8_activations();
             self.matmul(
                 &mut rec,
                 &b.down,

@@ -29,6 +29,9 @@ pub struct TestModelSpec {
     pub ctx: usize,
     /// Type of the attention and feed-forward matrices.
     pub weight_type: GgmlType,
+    /// Type of the value and down projections instead, where set: the mix of
+    /// llama.cpp's Q4_K_M, which keeps those two in more bits.
+    pub value_down_type: Option<GgmlType>,
     /// Type of `token_embd.weight` (and of `output.weight` when untied).
     pub embed_type: GgmlType,
     /// Whether the output layer reuses the token embedding (no `output.weight`).
@@ -54,6 +57,7 @@ impl TestModelSpec {
             vocab: 320,
             ctx: 256,
             weight_type: GgmlType::Q8_0,
+            value_down_type: None,
             embed_type: GgmlType::Q8_0,
             tied: true,
             seed: 1,
@@ -311,15 +315,16 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
     for l in 0..s.n_layers {
         let n = |t: &str| format!("blk.{l}.{t}.weight");
         let wt = s.weight_type;
+        let vt = s.value_down_type.unwrap_or(wt);
         norm(&mut w, &n("attn_norm"), &mut norm_rng)?;
         matrix(&mut w, &n("attn_q"), s.d_model, s.d_model, wt)?;
         matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
-        matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, wt)?;
+        matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, vt)?;
         matrix(&mut w, &n("attn_output"), s.d_model, s.d_model, wt)?;
         norm(&mut w, &n("ffn_norm"), &mut norm_rng)?;
         matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;
         matrix(&mut w, &n("ffn_up"), s.d_model, s.ffn, wt)?;
-        matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, wt)?;
+        matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, vt)?;
     }
     norm(&mut w, "output_norm.weight", &mut norm_rng)?;
     if !s.tied {

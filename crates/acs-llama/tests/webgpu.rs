@@ -297,6 +297,30 @@ fn q6_k_matches_cpu() {
     prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::Q6_K), 9, 16);
 }
 
+/// llama.cpp's Q4_K_M mix: value and down projections in Q6_K. The query, key and
+/// value projections then stay three tensors (a matmul dispatch each, into one
+/// buffer), the gate and up ones share one.
+#[test]
+fn q4_k_m_mix_matches_cpu() {
+    let s = TestModelSpec {
+        value_down_type: Some(GgmlType::Q6_K),
+        ..TestModelSpec::tiny_k(GgmlType::Q4_K)
+    };
+    prefill_and_decode(&s, 9, 16);
+}
+
+/// Float value and down projections beside 8-bit blocks: one matmul over the three
+/// attention projections reads both the rounded input and the floats, and the
+/// feed-forward's activation reaches the down projection unrounded.
+#[test]
+fn float_value_and_down_beside_blocks_match_cpu() {
+    let s = TestModelSpec {
+        value_down_type: Some(GgmlType::F16),
+        ..spec(GgmlType::Q8_0, GgmlType::Q8_0)
+    };
+    prefill_and_decode(&s, 9, 16);
+}
+
 /// Sequences of different lengths in one batch, prefills and decodes mixed, with
 /// steering and captures on some: every sequence gets what the CPU gives it.
 #[test]

@@ -1,5 +1,6 @@
 // Causal grouped-query attention of one sequence's new rows against its cache (which
-// already holds them, as half floats two to a word: kv_store.wgsl). One workgroup per
+// already holds them, as half floats two to a word: kv_store.wgsl); the queries are
+// the first `d` floats of each of the step's QKV rows. One workgroup per
 // (new row, head): scores into S, softmax, then the weighted sum of values, with the
 // operations of model.rs's attention in order.
 
@@ -11,11 +12,12 @@ struct Params {
     head_dim: u32,
     d: u32,
     kv: u32,
+    q_stride: u32,
     s_stride: u32,
     scale: f32,
 }
 
-@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<u32>;
 @group(0) @binding(2) var<storage, read> V: array<u32>;
 @group(0) @binding(3) var<storage, read_write> S: array<f32>;
@@ -49,7 +51,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let i = wg.x;
     let h = wg.y;
     let n = P.pos0 + i + 1u;
-    let qo = (P.row0 + i) * P.d + h * P.head_dim;
+    let qo = (P.row0 + i) * P.q_stride + h * P.head_dim;
+    let oo = (P.row0 + i) * P.d + h * P.head_dim;
     let ko = (h / P.group) * P.head_dim;
     let so = (i * P.n_heads + h) * P.s_stride;
 
@@ -61,8 +64,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         // Heads start at even values (head_dim is even), so pairs never straddle words.
         for (var e = 0u; e < P.head_dim; e += 2u) {
             let k = unpack2x16float(K[(t * P.kv + ko + e) / 2u]);
-            s += Q[qo + e] * k.x;
-            s += Q[qo + e + 1u] * k.y;
+            s += QKV[qo + e] * k.x;
+            s += QKV[qo + e + 1u] * k.y;
         }
         s = s * P.scale;
         S[so + t] = s;
@@ -83,6 +86,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             let v = unpack2x16float(V[(t * P.kv + ko + e) / 2u]);
             acc += S[so + t] / total * select(v.x, v.y, (e & 1u) == 1u);
         }
-        O[qo + e] = acc;
+        O[oo + e] = acc;
     }
 }

@@ -1,5 +1,5 @@
-// Stores one sequence's new keys and values (the step's f32 rows) in its cache as half
-// floats, two to a word (the lower index in the low half), rounded exactly as the CPU
+// Stores one sequence's new keys and values (in the step's rows of QKV: queries, keys,
+// values side by side, `stride` floats a row) in its cache as half floats, two to a word (the lower index in the low half), rounded exactly as the CPU
 // cache rounds them (model.rs, `to_half`): to nearest even, saturated at ±65504, NaN
 // kept. The conversion is done on the bits, as WGSL leaves the rounding of
 // pack2x16float to the implementation and makes it indeterminate past 65504.
@@ -9,13 +9,15 @@ struct Params {
     pos0: u32,
     words: u32,
     kv: u32,
+    stride: u32,
+    // Where a row's keys start (its values follow them).
+    k_at: u32,
 }
 
-@group(0) @binding(0) var<storage, read> K: array<f32>;
-@group(0) @binding(1) var<storage, read> V: array<f32>;
-@group(0) @binding(2) var<storage, read_write> CK: array<u32>;
-@group(0) @binding(3) var<storage, read_write> CV: array<u32>;
-@group(0) @binding(4) var<uniform> P: Params;
+@group(0) @binding(0) var<storage, read> QKV: array<f32>;
+@group(0) @binding(1) var<storage, read_write> CK: array<u32>;
+@group(0) @binding(2) var<storage, read_write> CV: array<u32>;
+@group(0) @binding(3) var<uniform> P: Params;
 
 // The binary16 bits of x.
 fn half_bits(x: f32) -> u32 {
@@ -54,8 +56,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if i >= P.words {
         return;
     }
-    let src = P.row0 * P.kv + 2u * i;
+    // kv is even, so a word's pair never straddles rows.
+    let row = 2u * i / P.kv;
+    let k = (P.row0 + row) * P.stride + P.k_at + 2u * i % P.kv;
+    let v = k + P.kv;
     let dst = P.pos0 * P.kv / 2u + i;
-    CK[dst] = half_bits(K[src]) | (half_bits(K[src + 1u]) << 16u);
-    CV[dst] = half_bits(V[src]) | (half_bits(V[src + 1u]) << 16u);
+    CK[dst] = half_bits(QKV[k]) | (half_bits(QKV[k + 1u]) << 16u);
+    CV[dst] = half_bits(QKV[v]) | (half_bits(QKV[v + 1u]) << 16u);
 }

@@ -146,7 +146,7 @@ pub async fn pick_adapter(allow_software: bool) -> Result<wgpu::Adapter, GpuErro
 }
 
 /// One weight buffer of a tensor: rows `row0 .. row0 + rows`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Chunk {
     buf: wgpu::Buffer,
     row0: usize,
@@ -155,7 +155,7 @@ struct Chunk {
 
 /// A weight matrix on the device, in its ggml format, split by rows into buffers that
 /// each fit the device's binding limit.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct GpuTensor {
     ty: GgmlType,
     rows: usize,
@@ -164,8 +164,73 @@ struct GpuTensor {
     chunks: Vec<Chunk>,
 }
 
-/// A block's weights and norms on the device.
-type GpuBlock = BlockTensors<GpuTensor, wgpu::Buffer>;
+/// A block's weights and norms on the device. The matrices that read the same input
+/// come as a list whose rows, in order, are the outputs' rows side by side: one
+/// tensor where the loader stacked them (see [`GpuLoader::new`]), one matmul
+/// dispatch for all; each on its own where their formats differ (as llama.cpp's mixed
+/// quantizations make the value projection), a dispatch each into the same rows.
+#[derive(Debug)]
+struct GpuBlock {
+    attn_norm: wgpu::Buffer,
+    /// Query, key and value projections.
+    qkv: Vec<GpuTensor>,
+    wo: GpuTensor,
+    ffn_norm: wgpu::Buffer,
+    /// Gate and up projections.
+    gate_up: Vec<GpuTensor>,
+    down: GpuTensor,
+}
+
+/// Matrices stored as one tensor, their rows end to end: the loader writes each
+/// part's bytes at its place as they arrive.
+#[derive(Debug)]
+struct Stack {
+    tensor: GpuTensor,
+    /// Parts not yet whole.
+    waiting: Vec<String>,
+}
+
+/// One tensor for the matrices `parts` (which read the same input), where they can
+/// share one: the same format and row length, rows of whole words (each part's
+/// bytes then start on a word, as WebGPU writes them), and room for all in one
+/// binding. The matmul over them is then one dispatch.
+fn stack(
+    device: &wgpu::Device,
+    limits: &wgpu::Limits,
+    header: &GgufHeader,
+    needs: &HashMap<String, Need>,
+    parts: &[String],
+) -> Result<Option<GpuTensor>, GpuError> {
+    let mut shape = None;
+    let mut rows = 0;
+    for name in parts {
+        let ty = header.require_tensor(name)?.ty;
+        let Some(&Need::Matrix { cols, rows: r }) = needs.get(name) else {
+            return Ok(None);
+        };
+        if *shape.get_or_insert((ty, cols)) != (ty, cols) {
+            return Ok(None);
+        }
+        rows += r;
+    }
+    let Some((ty, cols)) = shape else {
+        return Ok(None);
+    };
+    let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
+    let fits = (rows * row_bytes) as u64 + 4 <= bind_limit(limits);
+    if !row_bytes.is_multiple_of(4) || !fits {
+        return Ok(None);
+    }
+    let label = format!("{} and the rest of its stack", parts[0]);
+    GpuModel::create_tensor(device, limits, &label, ty, cols, rows).map(Some)
+}
+
+/// The largest buffer a kernel can bind.
+fn bind_limit(limits: &wgpu::Limits) -> u64 {
+    limits
+        .max_storage_buffer_binding_size
+        .min(limits.max_buffer_size)
+}
 
 /// The compiled kernels; the weight-reading ones once per format the model uses.
 #[derive(Debug)]
@@ -177,7 +242,6 @@ struct Pipelines {
     rms_norm: wgpu::ComputePipeline,
     quantize: wgpu::ComputePipeline,
     rope: wgpu::ComputePipeline,
-    swiglu: wgpu::ComputePipeline,
     add: wgpu::ComputePipeline,
     attention: wgpu::ComputePipeline,
     kv_store: wgpu::ComputePipeline,
@@ -297,22 +361,38 @@ enum Need {
 #[derive(Debug)]
 struct Arriving {
     tensor: GpuTensor,
-    /// Tensor bytes written so far.
+    /// The byte of `tensor` the next write goes to.
     done: u64,
+    /// Where this matrix's bytes end in `tensor` (a stack holds others after it).
+    end: u64,
     /// Up to 3 bytes held back so that every write is whole words, as WebGPU needs.
     carry: Vec<u8>,
 }
 
 impl Arriving {
-    /// Writes the tensor's next `bytes`.
+    /// A matrix of `rows` rows arriving into `tensor` from row `at` on.
+    fn new(tensor: GpuTensor, at: usize, rows: usize) -> Self {
+        let row_bytes = tensor.row_bytes as u64;
+        Arriving {
+            done: at as u64 * row_bytes,
+            end: (at + rows) as u64 * row_bytes,
+            tensor,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Writes the matrix's next `bytes`.
     fn write(&mut self, queue: &wgpu::Queue, bytes: &[u8]) {
         let joined;
-        let mut rest: &[u8] = if self.carry.is_empty() {
+        let rest: &[u8] = if self.carry.is_empty() {
             bytes
         } else {
             joined = [std::mem::take(&mut self.carry).as_slice(), bytes].concat();
             &joined
         };
+        // More bytes than the matrix holds are dropped: the stream gives exactly its
+        // size, and a stack's next part must stay as it is.
+        let mut rest = &rest[..rest.len().min(self.end.saturating_sub(self.done) as usize)];
         let mut pos = self.done;
         let row_bytes = self.tensor.row_bytes as u64;
         while !rest.is_empty() {
@@ -322,7 +402,6 @@ impl Arriving {
                 .iter()
                 .find(|c| (c.row0 + c.rows) as u64 * row_bytes > pos)
             else {
-                // More bytes than the tensor holds: the stream gives exactly its size.
                 break;
             };
             let start = chunk.row0 as u64 * row_bytes;
@@ -407,6 +486,12 @@ pub struct GpuLoader {
     pending: HashMap<String, Vec<u8>>,
     formats: Vec<GgmlType>,
     layout: MatmulLayout,
+    /// The tensors that hold several matrices each.
+    stacks: Vec<Stack>,
+    /// The stacked matrices: their stack and first row in it.
+    part_of: HashMap<String, (usize, usize)>,
+    /// Matrices whole on the device.
+    uploaded: usize,
 }
 
 impl GpuLoader {
@@ -478,6 +563,32 @@ impl GpuLoader {
         });
         let limits = device.limits();
         let scopes = ErrorScopes::push(&device);
+        let mut stacks = Vec::new();
+        let mut part_of = HashMap::new();
+        for l in 0..c.n_layers {
+            let n = BlockTensors::<String, ()>::load(
+                c,
+                l,
+                &mut (),
+                |_, name, _, _| Ok::<_, GpuError>(name.to_owned()),
+                |_, _, _| Ok(()),
+            )?;
+            for parts in [vec![n.wq, n.wk, n.wv], vec![n.gate, n.up]] {
+                if let Some(tensor) = stack(&device, &limits, header, &needs, &parts)? {
+                    let mut at = 0;
+                    for name in &parts {
+                        part_of.insert(name.clone(), (stacks.len(), at));
+                        if let Some(&Need::Matrix { rows, .. }) = needs.get(name) {
+                            at += rows;
+                        }
+                    }
+                    stacks.push(Stack {
+                        tensor,
+                        waiting: parts,
+                    });
+                }
+            }
+        }
         Ok(GpuLoader {
             config,
             layout: MatmulLayout::for_adapter(&info),
@@ -491,6 +602,9 @@ impl GpuLoader {
             matrices: HashMap::new(),
             vectors: HashMap::new(),
             arriving: HashMap::new(),
+            stacks,
+            part_of,
+            uploaded: 0,
             pending: HashMap::new(),
             formats: Vec::new(),
         })
@@ -509,7 +623,7 @@ impl GpuLoader {
 
     /// Tensors uploaded so far.
     pub fn tensors_uploaded(&self) -> usize {
-        self.matrices.len() + self.vectors.len()
+        self.uploaded + self.vectors.len()
     }
 
     /// Uploads tensor `info` from its bytes if the model needs it (others are skipped).
@@ -528,19 +642,27 @@ impl GpuLoader {
         match self.needs.get(&info.name).copied() {
             None => Ok(()),
             Some(Need::Matrix { cols, rows }) => {
+                check_dims(info, cols, rows)?;
+                let part = self.part_of.get(&info.name).copied();
                 let arriving = match self.arriving.entry(info.name.clone()) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => e.insert(Arriving {
-                        tensor: GpuModel::create_tensor(
-                            &self.device,
-                            &self.limits,
-                            info,
-                            cols,
-                            rows,
-                        )?,
-                        done: 0,
-                        carry: Vec::new(),
-                    }),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let (tensor, at) = match part {
+                            Some((s, at)) => (self.stacks[s].tensor.clone(), at),
+                            None => (
+                                GpuModel::create_tensor(
+                                    &self.device,
+                                    &self.limits,
+                                    &info.name,
+                                    info.ty,
+                                    cols,
+                                    rows,
+                                )?,
+                                0,
+                            ),
+                        };
+                        e.insert(Arriving::new(tensor, at, rows))
+                    }
                 };
                 arriving.write(&self.queue, bytes);
                 if last {
@@ -548,7 +670,13 @@ impl GpuLoader {
                     if !self.formats.contains(&a.tensor.ty) {
                         self.formats.push(a.tensor.ty);
                     }
-                    self.matrices.insert(info.name.clone(), a.tensor);
+                    self.uploaded += 1;
+                    match part {
+                        Some((s, _)) => self.stacks[s].waiting.retain(|n| *n != info.name),
+                        None => {
+                            self.matrices.insert(info.name.clone(), a.tensor);
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -569,31 +697,32 @@ impl GpuLoader {
     /// The model, once every tensor it needs is uploaded; reports any error the
     /// device raised meanwhile (out of memory, for one).
     pub async fn finish(mut self) -> Result<GpuModel, GpuError> {
-        let missing = |name: &str| {
-            GpuError::from(ModelError::from(GgufError::MissingTensor(name.to_owned())))
-        };
-        let embed = self.matrices.remove(EMBED).ok_or_else(|| missing(EMBED))?;
+        let embed = self.take_matrix(EMBED)?;
         let output = if self.needs.contains_key(OUTPUT) {
-            Some(
-                self.matrices
-                    .remove(OUTPUT)
-                    .ok_or_else(|| missing(OUTPUT))?,
-            )
+            Some(self.take_matrix(OUTPUT)?)
         } else {
             None
         };
         let c = self.config.clone();
         let blocks = (0..c.n_layers)
             .map(|l| {
-                GpuBlock::load(
+                let t = BlockTensors::<String, wgpu::Buffer>::load(
                     &c,
                     l,
                     &mut self,
-                    |s, name, _, _| s.matrices.remove(name).ok_or_else(|| missing(name)),
+                    |_, name, _, _| Ok(name.to_owned()),
                     |s, name, _| take(&mut s.vectors, name),
-                )
+                )?;
+                Ok(GpuBlock {
+                    attn_norm: t.attn_norm,
+                    qkv: self.take_matrices(&[&t.wq, &t.wk, &t.wv])?,
+                    wo: self.take_matrix(&t.wo)?,
+                    ffn_norm: t.ffn_norm,
+                    gate_up: self.take_matrices(&[&t.gate, &t.up])?,
+                    down: self.take_matrix(&t.down)?,
+                })
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, GpuError>>()?;
         let out_norm = take(&mut self.vectors, OUTPUT_NORM)?;
         let pipes = Pipelines::new(&self.device, &self.formats, embed.ty, self.layout);
         self.scopes.pop().await?;
@@ -616,11 +745,33 @@ impl GpuLoader {
     }
 }
 
+impl GpuLoader {
+    /// Removes an uploaded matrix, or says it never came.
+    fn take_matrix(&mut self, name: &str) -> Result<GpuTensor, GpuError> {
+        self.matrices.remove(name).ok_or_else(|| missing(name))
+    }
+
+    /// The matrices `names` (which read the same input) as the tensors that hold them:
+    /// their stack, or each alone.
+    fn take_matrices(&mut self, names: &[&str]) -> Result<Vec<GpuTensor>, GpuError> {
+        match self.part_of.get(names[0]) {
+            Some(&(s, _)) => match self.stacks[s].waiting.first() {
+                Some(name) => Err(missing(name)),
+                None => Ok(vec![self.stacks[s].tensor.clone()]),
+            },
+            None => names.iter().map(|n| self.take_matrix(n)).collect(),
+        }
+    }
+}
+
+/// The error for a tensor that never came.
+fn missing(name: &str) -> GpuError {
+    ModelError::from(GgufError::MissingTensor(name.to_owned())).into()
+}
+
 /// Removes an uploaded vector, or says it never came.
 fn take(vectors: &mut HashMap<String, wgpu::Buffer>, name: &str) -> Result<wgpu::Buffer, GpuError> {
-    vectors
-        .remove(name)
-        .ok_or_else(|| ModelError::from(GgufError::MissingTensor(name.to_owned())).into())
+    vectors.remove(name).ok_or_else(|| missing(name))
 }
 
 impl GpuModel {
@@ -673,7 +824,14 @@ impl GpuModel {
         let blocks: u64 = self
             .blocks
             .iter()
-            .map(|b| t(&b.wq) + t(&b.wk) + t(&b.wv) + t(&b.wo) + t(&b.gate) + t(&b.up) + t(&b.down))
+            .flat_map(|b| {
+                b.qkv
+                    .iter()
+                    .chain([&b.wo])
+                    .chain(&b.gate_up)
+                    .chain([&b.down])
+            })
+            .map(t)
             .sum();
         blocks + t(self.output.as_ref().unwrap_or(&self.embed))
     }
@@ -722,12 +880,11 @@ impl GpuModel {
     fn create_tensor(
         device: &wgpu::Device,
         limits: &wgpu::Limits,
-        info: &TensorInfo,
+        name: &str,
+        ty: GgmlType,
         cols: usize,
         rows: usize,
     ) -> Result<GpuTensor, GpuError> {
-        check_dims(info, cols, rows)?;
-        let (name, ty) = (info.name.as_str(), info.ty);
         if !SUPPORTED.contains(&ty) {
             return Err(GpuError::Unsupported {
                 name: name.to_owned(),
@@ -742,9 +899,7 @@ impl GpuModel {
             .into());
         }
         let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
-        let limit = limits
-            .max_storage_buffer_binding_size
-            .min(limits.max_buffer_size);
+        let limit = bind_limit(limits);
         // Whole rows per buffer, rounded down to whole words of padding slack.
         let per = ((limit - 4) / row_bytes as u64) as usize;
         if per == 0 {
@@ -969,12 +1124,12 @@ impl GpuModel {
         let x = rec.scratch("x", t * d);
         let xn = rec.scratch("xn", t * d);
         let xq = rec.scratch("xq", t * c.ffn.max(d));
-        let q = rec.scratch("q", t * d);
-        let k = rec.scratch("k", t * kv);
-        let v = rec.scratch("v", t * kv);
+        // Each row's queries, keys and values side by side, as one matmul writes them.
+        let qkv = rec.scratch("qkv", t * (d + 2 * kv));
         let attn = rec.scratch("attn", t * d);
-        let gate = rec.scratch("gate", t * c.ffn);
-        let up = rec.scratch("up", t * c.ffn);
+        // Each row's gate and up projections side by side.
+        let gate_up = rec.scratch("gate_up", t * 2 * c.ffn);
+        let act = rec.scratch("act", t * c.ffn);
         let scores = rec.scratch("scores", score_floats);
 
         for ch in &self.embed.chunks {
@@ -995,59 +1150,32 @@ impl GpuModel {
         }
 
         for (l, b) in self.blocks.iter().enumerate() {
-            let qkv = [&b.wq, &b.wk, &b.wv];
-            let mut quantized = self.rms_norm(&mut rec, &x, &b.attn_norm, (&xn, &xq), t, &qkv);
-            for (w, out) in [(&b.wq, &q), (&b.wk, &k), (&b.wv, &v)] {
-                self.matmul(&mut rec, w, &xn, &xq, &mut quantized, (out, Store::Set), t);
-            }
-            self.rope(&mut rec, &q, &k, &rope_buf, t);
+            let mut quantized = self.rms_norm(&mut rec, &x, &b.attn_norm, (&xn, &xq), t, &b.qkv);
+            self.matmul(
+                &mut rec,
+                &b.qkv,
+                &xn,
+                &xq,
+                &mut quantized,
+                (&qkv, Store::Set),
+                t,
+            );
+            self.rope(&mut rec, &qkv, &rope_buf, t);
             for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
-                self.attend(&mut rec, l, (si, s), span, [&q, &k, &v, &scores, &attn]);
+                self.attend(&mut rec, l, (si, s), span, [&qkv, &scores, &attn]);
             }
-            self.matmul(&mut rec, &b.wo, &attn, &xq, &mut false, (&x, Store::Add), t);
+            let wo = std::slice::from_ref(&b.wo);
+            self.matmul(&mut rec, wo, &attn, &xq, &mut false, (&x, Store::Add), t);
 
-            let mut quantized =
-                self.rms_norm(&mut rec, &x, &b.ffn_norm, (&xn, &xq), t, &[&b.gate, &b.up]);
-            self.matmul(
-                &mut rec,
-                &b.gate,
-                &xn,
-                &xq,
-                &mut quantized,
-                (&gate, Store::Set),
-                t,
-            );
-            self.matmul(
-                &mut rec,
-                &b.up,
-                &xn,
-                &xq,
-                &mut quantized,
-                (&up, Store::Set),
-                t,
-            );
-            let mut quantized = b.down.ty.uses_q8_activations();
-            if quantized {
-                // SwiGLU rides on the rounding of the down projection's input.
-                self.quantize(&mut rec, &gate, Some(&up), &xq, t * c.ffn / 32);
-            } else {
-                let n = (t * c.ffn) as u32;
-                rec.dispatch(
-                    &self.pipes.swiglu,
-                    [whole(&gate), whole(&up)],
-                    &[n],
-                    groups_1d(n),
-                );
-            }
-            self.matmul(
-                &mut rec,
-                &b.down,
-                &gate,
-                &xq,
-                &mut quantized,
-                (&x, Store::Add),
-                t,
-            );
+            let mut quantized = self.rms_norm(&mut rec, &x, &b.ffn_norm, (&xn, &xq), t, &b.gate_up);
+            let gu = (&gate_up, Store::Set);
+            self.matmul(&mut rec, &b.gate_up, &xn, &xq, &mut quantized, gu, t);
+            // SwiGLU, rounded on the way where the down projection reads 8-bit blocks:
+            // `act` is then its input either way.
+            let round = b.down.ty.uses_q8_activations();
+            self.quantize(&mut rec, &gate_up, Some(c.ffn), round, &act, t * c.ffn / 32);
+            let down = std::slice::from_ref(&b.down);
+            self.matmul(&mut rec, down, &act, &act, &mut true, (&x, Store::Add), t);
 
             for &(_, si, at) in steer_at.iter().filter(|e| e.0 == l) {
                 let span = &spans[si];
@@ -1076,7 +1204,8 @@ impl GpuModel {
                 rec.copy(&x, row * d, Dest::Buffer(&h, i * d), d);
             }
             let out = self.output.as_ref().unwrap_or(&self.embed);
-            let mut quantized = self.rms_norm(&mut rec, &h, &self.out_norm, (&hn, &xq), r, &[out]);
+            let out = std::slice::from_ref(out);
+            let mut quantized = self.rms_norm(&mut rec, &h, &self.out_norm, (&hn, &xq), r, out);
             self.matmul(
                 &mut rec,
                 out,
@@ -1201,7 +1330,7 @@ impl GpuModel {
         g: &wgpu::Buffer,
         (out, xq): (&wgpu::Buffer, &wgpu::Buffer),
         rows: usize,
-        readers: &[&GpuTensor],
+        readers: &[GpuTensor],
     ) -> bool {
         let c = &self.config;
         let round = readers.iter().any(|w| w.ty.uses_q8_activations());
@@ -1214,94 +1343,103 @@ impl GpuModel {
         round
     }
 
-    /// Rounds `n_blocks` blocks of 32 of `input` to 8 bits into `xq`; with `up`,
-    /// of silu(`input`) · `up`, the feed-forward gate.
+    /// Rounds `n_blocks` blocks of 32 of `input` to 8 bits into `out`. With
+    /// `swiglu`, `input` holds rows of gate and up projections of that width each,
+    /// and the values are the feed-forward's activation, silu(gate) · up, rounded
+    /// only if `round`.
     fn quantize(
         &self,
         rec: &mut Recorder<'_>,
         input: &wgpu::Buffer,
-        up: Option<&wgpu::Buffer>,
-        xq: &wgpu::Buffer,
+        swiglu: Option<usize>,
+        round: bool,
+        out: &wgpu::Buffer,
         n_blocks: usize,
     ) {
         let n = n_blocks as u32;
+        let p = [
+            n,
+            u32::from(swiglu.is_some()),
+            swiglu.unwrap_or(0) as u32,
+            u32::from(round),
+        ];
         rec.dispatch(
             &self.pipes.quantize,
-            [whole(input), whole(up.unwrap_or(input)), whole(xq)],
-            &[n, u32::from(up.is_some())],
+            [whole(input), whole(out)],
+            &p,
             groups_1d(n),
         );
     }
 
     /// `out = W · input` (or `out += W · input`, the residual adds, when `store` is
-    /// [`Store::Add`]) for `batch` vectors; block formats read `input` rounded to 8
-    /// bits, into `xq` unless `quantized` says an earlier matmul already did.
+    /// [`Store::Add`]) for `batch` vectors, where W is the rows of `ws` in turn (a
+    /// row of `out` holds each one's results side by side); block formats read
+    /// `input` rounded to 8 bits, into `xq` unless `quantized` says an earlier
+    /// matmul (or the kernel that wrote `xq`) already did.
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
         rec: &mut Recorder<'_>,
-        w: &GpuTensor,
+        ws: &[GpuTensor],
         input: &wgpu::Buffer,
         xq: &wgpu::Buffer,
         quantized: &mut bool,
         (out, store): (&wgpu::Buffer, Store),
         batch: usize,
     ) {
-        let x = if w.ty.uses_q8_activations() {
-            if !*quantized {
-                self.quantize(rec, input, None, xq, batch * w.cols / 32);
-                *quantized = true;
+        let stride: usize = ws.iter().map(|w| w.rows).sum();
+        let mut at = 0;
+        for w in ws {
+            let x = if w.ty.uses_q8_activations() {
+                if !*quantized {
+                    self.quantize(rec, input, None, true, xq, batch * w.cols / 32);
+                    *quantized = true;
+                }
+                xq
+            } else {
+                input
+            };
+            let pipe = &self.pipes.matmul[&w.ty];
+            for ch in &w.chunks {
+                let p = [
+                    ch.rows as u32,
+                    (at + ch.row0) as u32,
+                    stride as u32,
+                    w.cols as u32,
+                    batch as u32,
+                    w.row_bytes as u32,
+                    u32::from(store == Store::Add),
+                ];
+                let groups = (
+                    (ch.rows as u32).div_ceil(self.pipes.matmul_rows),
+                    (batch as u32).div_ceil(TILE),
+                    1,
+                );
+                rec.dispatch(pipe, [whole(&ch.buf), whole(x), whole(out)], &p, groups);
             }
-            xq
-        } else {
-            input
-        };
-        let pipe = &self.pipes.matmul[&w.ty];
-        for ch in &w.chunks {
-            let p = [
-                ch.rows as u32,
-                ch.row0 as u32,
-                w.rows as u32,
-                w.cols as u32,
-                batch as u32,
-                w.row_bytes as u32,
-                u32::from(store == Store::Add),
-            ];
-            let groups = (
-                (ch.rows as u32).div_ceil(self.pipes.matmul_rows),
-                (batch as u32).div_ceil(TILE),
-                1,
-            );
-            rec.dispatch(pipe, [whole(&ch.buf), whole(x), whole(out)], &p, groups);
+            at += w.rows;
         }
     }
 
-    /// Rotates the queries `q` and the keys `k` of `rows` rows in one dispatch.
-    fn rope(
-        &self,
-        rec: &mut Recorder<'_>,
-        q: &wgpu::Buffer,
-        k: &wgpu::Buffer,
-        angles: &wgpu::Buffer,
-        rows: usize,
-    ) {
+    /// Rotates the queries and keys of `rows` rows of `qkv` in one dispatch.
+    fn rope(&self, rec: &mut Recorder<'_>, qkv: &wgpu::Buffer, angles: &wgpu::Buffer, rows: usize) {
         let c = &self.config;
         let pairs = c.rope_dims / 2;
-        let (qw, kw) = (c.d_model, c.kv_dim());
-        let n = (rows * (qw + kw) / c.head_dim * pairs) as u32;
+        let heads = c.n_heads + c.n_kv_heads;
+        let n = (rows * heads * pairs) as u32;
         if n == 0 {
             return;
         }
         let p = [
             rows as u32,
-            qw as u32,
-            kw as u32,
+            (c.d_model + 2 * c.kv_dim()) as u32,
+            heads as u32,
             c.head_dim as u32,
             pairs as u32,
         ];
         rec.dispatch(
             &self.pipes.rope,
-            [whole(q), whole(k), whole(angles)],
+            [whole(qkv), whole(angles)],
             &p,
             groups_1d(n),
         );
@@ -1328,21 +1466,23 @@ impl GpuModel {
     }
 
     /// Appends one sequence's new keys and values to its cache and attends its new
-    /// rows over the cache. `bufs` = q, k, v, scores, output.
+    /// rows over the cache. `bufs` = the step's queries, keys and values, scores,
+    /// output.
     fn attend(
         &self,
         rec: &mut Recorder<'_>,
         layer: usize,
         (si, s): (usize, &GpuSeqInput<'_>),
         span: &Range<usize>,
-        bufs: [&wgpu::Buffer; 5],
+        bufs: [&wgpu::Buffer; 3],
     ) {
         if span.is_empty() {
             return;
         }
-        let [q, k, v, scores, out] = bufs;
+        let [qkv, scores, out] = bufs;
         let c = &self.config;
-        let kv = c.kv_dim();
+        let (d, kv) = (c.d_model, c.kv_dim());
+        let stride = (d + 2 * kv) as u32;
         let cache = &*s.cache;
         let Some((ck, cv)) = &cache.kv else {
             return;
@@ -1357,8 +1497,15 @@ impl GpuModel {
         rec.dispatch_for(
             Owner::Sequence(si),
             &self.pipes.kv_store,
-            [whole(k), whole(v), slice(ck), slice(cv)],
-            &[span.start as u32, cache.len as u32, words, kv as u32],
+            [whole(qkv), slice(ck), slice(cv)],
+            &[
+                span.start as u32,
+                cache.len as u32,
+                words,
+                kv as u32,
+                stride,
+                d as u32,
+            ],
             groups_1d(words),
         );
         let p = [
@@ -1367,15 +1514,16 @@ impl GpuModel {
             c.n_heads as u32,
             (c.n_heads / c.n_kv_heads) as u32,
             c.head_dim as u32,
-            c.d_model as u32,
+            d as u32,
             kv as u32,
+            stride,
             (cache.len + span.len()) as u32,
             (1.0 / (c.head_dim as f32).sqrt()).to_bits(),
         ];
         rec.dispatch_for(
             Owner::Sequence(si),
             &self.pipes.attention,
-            [whole(q), slice(ck), slice(cv), whole(scores), whole(out)],
+            [whole(qkv), slice(ck), slice(cv), whole(scores), whole(out)],
             &p,
             (span.len() as u32, c.n_heads as u32, 1),
         );
@@ -1443,7 +1591,6 @@ impl Pipelines {
                 &[include_str!("round8.wgsl"), include_str!("quantize.wgsl")].concat(),
             ),
             rope: make("rope", include_str!("rope.wgsl")),
-            swiglu: make("swiglu", include_str!("swiglu.wgsl")),
             add: make("add", include_str!("add.wgsl")),
             attention: make("attention", include_str!("attention.wgsl")),
             kv_store: make("kv_store", include_str!("kv_store.wgsl")),
@@ -1922,6 +2069,45 @@ mod tests {
     use super::*;
     use crate::quant::to_half;
 
+    /// Which matrices the loader stacks: those that read the same input and share a
+    /// format, and only those. Needs an adapter (lavapipe counts).
+    #[test]
+    fn matrices_of_one_format_share_a_tensor() {
+        use crate::testgen::{TestModelSpec, test_model_bytes};
+        let load = |spec: &TestModelSpec| {
+            let file = GgufFile::from_vec(test_model_bytes(spec).unwrap()).unwrap();
+            GpuModel::new(&file).unwrap()
+        };
+        let same = load(&TestModelSpec::tiny());
+        let (d, kv) = (same.config.d_model, same.config.kv_dim());
+        for b in &same.blocks {
+            assert_eq!(b.qkv.len(), 1);
+            assert_eq!(b.qkv[0].rows, d + 2 * kv);
+            assert_eq!(b.gate_up.len(), 1);
+            assert_eq!(b.gate_up[0].rows, 2 * same.config.ffn);
+        }
+        let mixed = load(&TestModelSpec {
+            value_down_type: Some(GgmlType::F16),
+            ..TestModelSpec::tiny()
+        });
+        for b in &mixed.blocks {
+            let rows: Vec<_> = b.qkv.iter().map(|w| (w.ty, w.rows)).collect();
+            let q8 = GgmlType::Q8_0;
+            assert_eq!(rows, [(q8, d), (q8, kv), (GgmlType::F16, kv)]);
+            assert_eq!(b.gate_up.len(), 1);
+        }
+        // Both load every tensor they need.
+        assert_eq!(
+            same.weight_bytes_per_step(),
+            mixed.weight_bytes_per_step() - {
+                let f16 = |rows: usize, cols: usize| (rows * cols * 2) as u64;
+                let q8 = |rows: usize, cols: usize| (rows * cols / 32 * 34) as u64;
+                let c = &same.config;
+                (f16(kv, d) - q8(kv, d) + f16(d, c.ffn) - q8(d, c.ffn)) * c.n_layers as u64
+            }
+        );
+    }
+
     /// kv_store.wgsl's rounding against the CPU cache's, bit for bit, on the values
     /// where conversions differ: ties, subnormals, the edge of the finite range,
     /// infinities and NaN. Needs an adapter (lavapipe counts).
@@ -2003,7 +2189,8 @@ mod tests {
             compilation_options: Default::default(),
             cache: None,
         });
-        let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // One row of keys `xs` and values `xs`.
+        let bytes: Vec<u8> = xs.iter().chain(xs).flat_map(|x| x.to_le_bytes()).collect();
         let input = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: None,
             contents: &bytes,
@@ -2020,7 +2207,8 @@ mod tests {
         };
         let (ck, cv) = (cache("k"), cache("v"));
         let words = (xs.len() / 2) as u32;
-        let params: Vec<u8> = [0, 0, words, xs.len() as u32]
+        let n = xs.len() as u32;
+        let params: Vec<u8> = [0, 0, words, n, 2 * n, 0]
             .iter()
             .flat_map(|w: &u32| w.to_le_bytes())
             .collect();
@@ -2029,7 +2217,7 @@ mod tests {
             contents: &params,
             usage: wgpu::BufferUsages::UNIFORM,
         });
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = [&input, &input, &ck, &cv, &uniform]
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = [&input, &ck, &cv, &uniform]
             .iter()
             .enumerate()
             .map(|(i, b)| wgpu::BindGroupEntry {

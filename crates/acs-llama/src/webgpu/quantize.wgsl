@@ -1,21 +1,26 @@
-// Y = X rounded to 8-bit blocks of 32 (round8.wgsl, prepended); with `swiglu` set,
-// the values rounded are silu(X) * U, the feed-forward gate (X the gate projection, U
-// the up one), so that the down projection's input costs one dispatch, not two.
+// Y = X rounded to 8-bit blocks of 32 (round8.wgsl, prepended), the input of a
+// block-format matmul. With `swiglu` set, the values are silu(gate) · up instead, the
+// feed-forward's activation, from X's rows of `2 * width` (the gate and up
+// projections side by side, as one matmul writes them), so that the down
+// projection's input costs one dispatch; with `round` unset they are stored as they
+// are, for a down projection that reads floats.
 
 struct Params {
     n_blocks: u32,
     swiglu: u32,
+    width: u32,
+    round: u32,
 }
 
 @group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read> U: array<f32>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(3) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(2) var<uniform> P: Params;
 
 fn value(i: u32) -> f32 {
     if P.swiglu != 0u {
-        let g = X[i];
-        return g / (1.0 + exp(-g)) * U[i];
+        let at = i / P.width * 2u * P.width + i % P.width;
+        let g = X[at];
+        return g / (1.0 + exp(-g)) * X[at + P.width];
     }
     return X[i];
 }
@@ -32,6 +37,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = 0u; j < 32u; j++) {
         v[j] = value(o + j);
         amax = max(amax, abs(v[j]));
+    }
+    if P.round == 0u {
+        for (var j = 0u; j < 32u; j++) {
+            Y[o + j] = v[j];
+        }
+        return;
     }
     let s = round8_scale(amax);
     for (var j = 0u; j < 32u; j++) {

@@ -660,7 +660,7 @@ pub const KV_VALUE_BYTES: usize = 2;
 /// positions side by side would make it stride over the other heads).
 ///
 /// Values are half floats, rounded to nearest even and saturated at ±65504 (what
-/// [`F32Ops::append_halves`] and the GPU's `kv_store.wgsl` compute, bit for bit): a
+/// [`F32Ops::append_halves`] and the GPU's `half.wgsl` compute, bit for bit): a
 /// sequence's cache takes half the memory of f32, so twice the rollouts fit in a KV
 /// budget, and attention reads half the bytes. The rounding is below what the 8-bit
 /// rounding of every matmul input already costs.

@@ -11,7 +11,7 @@
 //! only the logits of the rows that sample (and any captured activations) come back.
 //! Each sequence's KV cache lives on the device ([`GpuCache`]), one buffer for keys
 //! and one for values, laid out `[layer][position][kv_dim]` in half floats (stored by
-//! `kv_store.wgsl` with the CPU cache's rounding), grown by doubling.
+//! the attention kernel with the CPU cache's rounding, `half.wgsl`), grown by doubling.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -244,7 +244,6 @@ struct Pipelines {
     rope: wgpu::ComputePipeline,
     add: wgpu::ComputePipeline,
     attention: wgpu::ComputePipeline,
-    kv_store: wgpu::ComputePipeline,
 }
 
 /// A Llama model whose weights live on a WebGPU device.
@@ -1465,8 +1464,8 @@ impl GpuModel {
         );
     }
 
-    /// Appends one sequence's new keys and values to its cache and attends its new
-    /// rows over the cache. `bufs` = the step's queries, keys and values, scores,
+    /// Attends one sequence's new rows over its cache and themselves, and appends
+    /// their keys and values to the cache, in one dispatch. `bufs` = the step's queries, keys and values, scores,
     /// output.
     fn attend(
         &self,
@@ -1493,21 +1492,6 @@ impl GpuModel {
             offset: base,
             size: Some(cache.layer_bytes),
         };
-        let words = (span.len() * kv / 2) as u32;
-        rec.dispatch_for(
-            Owner::Sequence(si),
-            &self.pipes.kv_store,
-            [whole(qkv), slice(ck), slice(cv)],
-            &[
-                span.start as u32,
-                cache.len as u32,
-                words,
-                kv as u32,
-                stride,
-                d as u32,
-            ],
-            groups_1d(words),
-        );
         let p = [
             span.start as u32,
             cache.len as u32,
@@ -1592,8 +1576,10 @@ impl Pipelines {
             ),
             rope: make("rope", include_str!("rope.wgsl")),
             add: make("add", include_str!("add.wgsl")),
-            attention: make("attention", include_str!("attention.wgsl")),
-            kv_store: make("kv_store", include_str!("kv_store.wgsl")),
+            attention: make(
+                "attention",
+                &[include_str!("half.wgsl"), include_str!("attention.wgsl")].concat(),
+            ),
         }
     }
 }
@@ -2108,7 +2094,7 @@ mod tests {
         );
     }
 
-    /// kv_store.wgsl's rounding against the CPU cache's, bit for bit, on the values
+    /// half.wgsl's rounding against the CPU cache's, bit for bit, on the values
     /// where conversions differ: ties, subnormals, the edge of the finite range,
     /// infinities and NaN. Needs an adapter (lavapipe counts).
     #[test]
@@ -2157,7 +2143,7 @@ mod tests {
         if xs.len() % 2 == 1 {
             xs.push(0.5);
         }
-        let gpu = pollster::block_on(run_kv_store(&xs));
+        let gpu = pollster::block_on(run_half(&xs));
         for (i, &x) in xs.iter().enumerate() {
             let want = to_half(x).to_bits();
             let got = (gpu[i / 2] >> (16 * (i % 2))) as u16;
@@ -2169,55 +2155,53 @@ mod tests {
         }
     }
 
-    /// `xs` as both keys and values of one row, through kv_store.wgsl into a cache
-    /// buffer read back as words.
-    async fn run_kv_store(xs: &[f32]) -> Vec<u32> {
+    /// `xs` in pairs through half.wgsl's `half_pair`, as words.
+    async fn run_half(xs: &[f32]) -> Vec<u32> {
         let adapter = pick_adapter(true).await.expect("an adapter");
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor::default())
             .await
             .expect("a device");
+        let src = [
+            include_str!("half.wgsl"),
+            "@group(0) @binding(0) var<storage, read> X: array<f32>;
+            @group(0) @binding(1) var<storage, read_write> Y: array<u32>;
+            @compute @workgroup_size(64)
+            fn main(@builtin(global_invocation_id) gid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+                let i = gid.x + gid.y * nwg.x * 64u;
+                if i < arrayLength(&Y) {
+                    Y[i] = half_pair(X[2u * i], X[2u * i + 1u]);
+                }
+            }",
+        ]
+        .concat();
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("kv_store"),
-            source: wgpu::ShaderSource::Wgsl(include_str!("kv_store.wgsl").into()),
+            label: Some("half"),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
         });
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("kv_store"),
+            label: Some("half"),
             layout: None,
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
             cache: None,
         });
-        // One row of keys `xs` and values `xs`.
-        let bytes: Vec<u8> = xs.iter().chain(xs).flat_map(|x| x.to_le_bytes()).collect();
+        let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
         let input = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: None,
             contents: &bytes,
             usage: STORAGE,
         });
         let size = (xs.len() * 2) as u64;
-        let cache = |label| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage: STORAGE,
-                mapped_at_creation: false,
-            })
-        };
-        let (ck, cv) = (cache("k"), cache("v"));
-        let words = (xs.len() / 2) as u32;
-        let n = xs.len() as u32;
-        let params: Vec<u8> = [0, 0, words, n, 2 * n, 0]
-            .iter()
-            .flat_map(|w: &u32| w.to_le_bytes())
-            .collect();
-        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: None,
-            contents: &params,
-            usage: wgpu::BufferUsages::UNIFORM,
+        let halves = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("halves"),
+            size,
+            usage: STORAGE,
+            mapped_at_creation: false,
         });
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = [&input, &ck, &cv, &uniform]
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = [&input, &halves]
             .iter()
             .enumerate()
             .map(|(i, b)| wgpu::BindGroupEntry {
@@ -2241,10 +2225,10 @@ mod tests {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(&pipe);
             pass.set_bind_group(0, &group, &[]);
-            let (x, y, z) = groups_1d(words);
+            let (x, y, z) = groups_1d((xs.len() / 2) as u32);
             pass.dispatch_workgroups(x, y, z);
         }
-        enc.copy_buffer_to_buffer(&cv, 0, &readback, 0, size);
+        enc.copy_buffer_to_buffer(&halves, 0, &readback, 0, size);
         queue.submit([enc.finish()]);
         map_read(&device, &readback).await.expect("read back");
         let view = readback.get_mapped_range(..).expect("mapped");

@@ -6,7 +6,9 @@
 // workgroups of each key/value head's first query head also store their row's new
 // keys and values there, and every workgroup reads the new positions from QKV,
 // rounded as the cache holds them, so that the store needs no dispatch (and no
-// barrier) of its own.
+// barrier) of its own. With `round` set, the output is rounded to 8-bit blocks of 32
+// (round8.wgsl, prepended; the host sets it where heads are whole blocks, at most
+// MAX_HEAD wide), the input the output projection reads, without a dispatch of its own.
 
 struct Params {
     row0: u32,
@@ -19,6 +21,7 @@ struct Params {
     stride: u32,
     s_stride: u32,
     scale: f32,
+    round: u32,
 }
 
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
@@ -29,6 +32,10 @@ struct Params {
 @group(0) @binding(5) var<uniform> P: Params;
 
 var<workgroup> red: array<f32, 64>;
+
+const MAX_HEAD: u32 = 256u;
+// The head's output, for rounding by blocks.
+var<workgroup> head: array<f32, MAX_HEAD>;
 
 // Keys e and e + 1 (e even) of position t, from the head whose first key is `ko`: from
 // the cache before this step's rows, from QKV for them.
@@ -119,6 +126,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             let v = value_pair(t, ko, e & ~1u);
             acc += S[so + t] / total * select(v.x, v.y, (e & 1u) == 1u);
         }
-        O[oo + e] = acc;
+        if P.round == 0u {
+            O[oo + e] = acc;
+        } else {
+            head[e] = acc;
+        }
+    }
+    if P.round != 0u {
+        workgroupBarrier();
+        if lid < P.head_dim / 32u {
+            let b = 32u * lid;
+            var amax = 0.0;
+            for (var j = 0u; j < 32u; j++) {
+                amax = max(amax, abs(head[b + j]));
+            }
+            let sc = round8_scale(amax);
+            for (var j = 0u; j < 32u; j++) {
+                O[oo + b + j] = round8(head[b + j], sc);
+            }
+        }
     }
 }

@@ -54,6 +54,9 @@ const MAX_GROUPS: u32 = 65_535;
 /// slice of a cache buffer at a multiple of 256 bytes, the largest storage-binding
 /// offset alignment WebGPU allows.
 const CACHE_STEP: usize = 64;
+/// The widest head whose attention output the attention kernel rounds itself
+/// (`MAX_HEAD` in attention.wgsl).
+const MAX_HEAD: usize = 256;
 /// Bytes of one kernel's parameters in the step's uniform buffer (all fit in 16 words).
 const PARAM_BYTES: u64 = 64;
 
@@ -1160,11 +1163,25 @@ impl GpuModel {
                 t,
             );
             self.rope(&mut rec, &qkv, &rope_buf, t);
+            // Attention rounds its output where the output projection reads 8-bit
+            // blocks and a head is whole blocks.
+            let mut rounded = b.wo.ty.uses_q8_activations()
+                && c.head_dim.is_multiple_of(32)
+                && c.head_dim <= MAX_HEAD;
             for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
-                self.attend(&mut rec, l, (si, s), span, [&qkv, &scores, &attn]);
+                self.attend(&mut rec, l, (si, s), span, rounded, [&qkv, &scores, &attn]);
             }
             let wo = std::slice::from_ref(&b.wo);
-            self.matmul(&mut rec, wo, &attn, &xq, &mut false, (&x, Store::Add), t);
+            let attn_q = if rounded { &attn } else { &xq };
+            self.matmul(
+                &mut rec,
+                wo,
+                &attn,
+                attn_q,
+                &mut rounded,
+                (&x, Store::Add),
+                t,
+            );
 
             let mut quantized = self.rms_norm(&mut rec, &x, &b.ffn_norm, (&xn, &xq), t, &b.gate_up);
             let gu = (&gate_up, Store::Set);
@@ -1465,7 +1482,8 @@ impl GpuModel {
     }
 
     /// Attends one sequence's new rows over its cache and themselves, and appends
-    /// their keys and values to the cache, in one dispatch. `bufs` = the step's queries, keys and values, scores,
+    /// their keys and values to the cache, in one dispatch; with `round`, the output
+    /// is rounded to 8-bit blocks for the output projection. `bufs` = the step's queries, keys and values, scores,
     /// output.
     fn attend(
         &self,
@@ -1473,6 +1491,7 @@ impl GpuModel {
         layer: usize,
         (si, s): (usize, &GpuSeqInput<'_>),
         span: &Range<usize>,
+        round: bool,
         bufs: [&wgpu::Buffer; 3],
     ) {
         if span.is_empty() {
@@ -1503,6 +1522,7 @@ impl GpuModel {
             stride,
             (cache.len + span.len()) as u32,
             (1.0 / (c.head_dim as f32).sqrt()).to_bits(),
+            u32::from(round),
         ];
         rec.dispatch_for(
             Owner::Sequence(si),
@@ -1578,7 +1598,12 @@ impl Pipelines {
             add: make("add", include_str!("add.wgsl")),
             attention: make(
                 "attention",
-                &[include_str!("half.wgsl"), include_str!("attention.wgsl")].concat(),
+                &[
+                    include_str!("half.wgsl"),
+                    include_str!("round8.wgsl"),
+                    include_str!("attention.wgsl"),
+                ]
+                .concat(),
             ),
         }
     }

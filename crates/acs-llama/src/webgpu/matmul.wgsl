@@ -1,10 +1,16 @@
 // Y[b * out_stride + row0 + r] = W[r] · X[b] for the rows of one weight buffer (a
 // tensor larger than the device's binding limit comes in several) and every vector of
 // the batch; with `accumulate` set, Y[...] += W[r] · X[b] instead: the residual adds
-// of the attention and feed-forward outputs, without a dispatch of their own.
+// of the attention and feed-forward outputs, without a dispatch of their own. Output
+// columns below `rope_end` (the queries and keys) come out rotated by RoPE: ggml's
+// "normal" mode, adjacent pairs of the first `rope_dims` of each head of `head_dim`,
+// by CS's (cos, sin) per vector and pair, computed on the host exactly as the CPU path
+// computes them (GPU sin/cos lose precision at large positions). A pair's two rows
+// are always in one workgroup (ROWS is even, and so is every buffer's first row).
 //
 // A workgroup takes ROWS rows and up to TILE vectors (the host prepends ROWS and
-// LANES, ROWS * LANES = 64, chosen per adapter). Each row gets LANES threads,
+// LANES, ROWS * LANES = 64, chosen per adapter, and ROPE, whether this pipeline
+// applies RoPE). Each row gets LANES threads,
 // which read its blocks of 32 in turn (lane k takes blocks k, k + LANES, ...), so that
 // neighbouring threads read neighbouring bytes and a row of any length keeps them all
 // busy; each block is expanded once and dotted against every vector of the tile. The
@@ -20,12 +26,16 @@ struct Params {
     batch: u32,
     row_bytes: u32,
     accumulate: u32,
+    rope_end: u32,
+    head_dim: u32,
+    rope_dims: u32,
 }
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(3) var<uniform> P: Params;
+@group(0) @binding(3) var<storage, read> CS: array<f32>;
+@group(0) @binding(4) var<uniform> P: Params;
 
 const TILE: u32 = 8u;
 
@@ -40,6 +50,25 @@ fn put(at: u32, v: f32) {
 
 // [vector][thread] partial sums.
 var<workgroup> part: array<f32, 512>;
+
+// The result of output column `col` for vector `v`: `own`, or where RoPE applies, its
+// pair rotated, `other` being the pair's other value.
+fn rotated(col: u32, v: u32, own: f32, other: f32) -> f32 {
+    if col >= P.rope_end {
+        return own;
+    }
+    let e = col % P.head_dim;
+    if e >= P.rope_dims {
+        return own;
+    }
+    let cs = (v * (P.rope_dims / 2u) + e / 2u) * 2u;
+    let c = CS[cs];
+    let s = CS[cs + 1u];
+    if (col & 1u) == 0u {
+        return own * c - other * s;
+    }
+    return other * s + own * c;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
@@ -63,10 +92,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             }
         }
     }
+    let col = P.row0 + r;
     if LANES == 1u {
+        // With a thread per row, a row's pair is the neighbouring thread's. Only the
+        // pipeline for RoPE has this barrier: adapters that run on the CPU (this
+        // layout's) pay for any barrier in a kernel in all of its work.
+        if ROPE {
+            for (var b = 0u; b < nb; b++) {
+                part[b * 64u + lid] = acc[b];
+            }
+            workgroupBarrier();
+        }
         if r < P.rows {
             for (var b = 0u; b < nb; b++) {
-                put((b0 + b) * P.out_stride + P.row0 + r, acc[b]);
+                var v = acc[b];
+                if ROPE {
+                    v = rotated(col, b0 + b, v, part[b * 64u + (lid ^ 1u)]);
+                }
+                put((b0 + b) * P.out_stride + col, v);
             }
         }
         return;
@@ -86,7 +129,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     if lane == 0u && r < P.rows {
         for (var b = 0u; b < nb; b++) {
-            put((b0 + b) * P.out_stride + P.row0 + r, part[b * 64u + lid]);
+            // The pair's other row sums in the neighbouring group of lanes.
+            var v = part[b * 64u + lid];
+            if ROPE {
+                v = rotated(col, b0 + b, v, part[b * 64u + (lid ^ LANES)]);
+            }
+            put((b0 + b) * P.out_stride + col, v);
         }
     }
 }

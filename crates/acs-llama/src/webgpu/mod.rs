@@ -238,13 +238,13 @@ fn bind_limit(limits: &wgpu::Limits) -> u64 {
 /// The compiled kernels; the weight-reading ones once per format the model uses.
 #[derive(Debug)]
 struct Pipelines {
-    matmul: HashMap<GgmlType, wgpu::ComputePipeline>,
+    /// Per format, and whether it applies RoPE (the query and key projections' own).
+    matmul: HashMap<(GgmlType, bool), wgpu::ComputePipeline>,
     /// Weight rows per matmul workgroup, and the threads that share each row.
     matmul_rows: u32,
     embed: wgpu::ComputePipeline,
     rms_norm: wgpu::ComputePipeline,
     quantize: wgpu::ComputePipeline,
-    rope: wgpu::ComputePipeline,
     add: wgpu::ComputePipeline,
     attention: wgpu::ComputePipeline,
 }
@@ -339,12 +339,15 @@ enum Owner {
 }
 
 /// How a matmul writes its results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
+#[derive(Debug, Clone, Copy)]
+enum Store<'a> {
     /// Overwrites the output.
     Set,
     /// Adds to the output: the residual stream, so that its add costs no dispatch.
     Add,
+    /// Overwrites the output, its queries and keys (each row's first `d + kv_dim`
+    /// values) rotated by RoPE with these angles, so that RoPE costs no dispatch.
+    Rotated(&'a wgpu::Buffer),
 }
 
 /// What the model needs of a tensor.
@@ -726,7 +729,12 @@ impl GpuLoader {
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let out_norm = take(&mut self.vectors, OUTPUT_NORM)?;
-        let pipes = Pipelines::new(&self.device, &self.formats, embed.ty, self.layout);
+        let mut rope_formats: Vec<GgmlType> =
+            blocks.iter().flat_map(|b| &b.qkv).map(|w| w.ty).collect();
+        rope_formats.sort_by_key(|ty| ty.id());
+        rope_formats.dedup();
+        let formats = [self.formats.as_slice(), rope_formats.as_slice()];
+        let pipes = Pipelines::new(&self.device, formats, embed.ty, self.layout);
         self.scopes.pop().await?;
         let rope_inv_freq = crate::model::rope_inv_freq(&c);
         Ok(GpuModel {
@@ -902,8 +910,9 @@ impl GpuModel {
         }
         let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
         let limit = bind_limit(limits);
-        // Whole rows per buffer, rounded down to whole words of padding slack.
-        let per = ((limit - 4) / row_bytes as u64) as usize;
+        // Whole rows per buffer, rounded down to whole words of padding slack, and to
+        // an even number, so that a pair of rows RoPE rotates together is never split.
+        let per = ((limit - 4) / row_bytes as u64) as usize & !1;
         if per == 0 {
             return Err(GpuError::TooLarge {
                 what: format!("a row of {name}"),
@@ -1159,10 +1168,9 @@ impl GpuModel {
                 &xn,
                 &xq,
                 &mut quantized,
-                (&qkv, Store::Set),
+                (&qkv, Store::Rotated(&rope_buf)),
                 t,
             );
-            self.rope(&mut rec, &qkv, &rope_buf, t);
             // Attention rounds its output where the output projection reads 8-bit
             // blocks and a head is whole blocks.
             let mut rounded = b.wo.ty.uses_q8_activations()
@@ -1388,7 +1396,8 @@ impl GpuModel {
     }
 
     /// `out = W · input` (or `out += W · input`, the residual adds, when `store` is
-    /// [`Store::Add`]) for `batch` vectors, where W is the rows of `ws` in turn (a
+    /// [`Store::Add`]; RoPE applied to the queries and keys when it is
+    /// [`Store::Rotated`]) for `batch` vectors, where W is the rows of `ws` in turn (a
     /// row of `out` holds each one's results side by side); block formats read
     /// `input` rounded to 8 bits, into `xq` unless `quantized` says an earlier
     /// matmul (or the kernel that wrote `xq`) already did.
@@ -1415,7 +1424,12 @@ impl GpuModel {
             } else {
                 input
             };
-            let pipe = &self.pipes.matmul[&w.ty];
+            let c = &self.config;
+            let (angles, rope_end) = match store {
+                Store::Rotated(angles) => (angles, c.d_model + c.kv_dim()),
+                Store::Set | Store::Add => (x, 0),
+            };
+            let pipe = &self.pipes.matmul[&(w.ty, rope_end > 0)];
             for ch in &w.chunks {
                 let p = [
                     ch.rows as u32,
@@ -1424,41 +1438,21 @@ impl GpuModel {
                     w.cols as u32,
                     batch as u32,
                     w.row_bytes as u32,
-                    u32::from(store == Store::Add),
+                    u32::from(matches!(store, Store::Add)),
+                    rope_end as u32,
+                    c.head_dim as u32,
+                    c.rope_dims as u32,
                 ];
                 let groups = (
                     (ch.rows as u32).div_ceil(self.pipes.matmul_rows),
                     (batch as u32).div_ceil(TILE),
                     1,
                 );
-                rec.dispatch(pipe, [whole(&ch.buf), whole(x), whole(out)], &p, groups);
+                let bindings = [whole(&ch.buf), whole(x), whole(out), whole(angles)];
+                rec.dispatch(pipe, bindings, &p, groups);
             }
             at += w.rows;
         }
-    }
-
-    /// Rotates the queries and keys of `rows` rows of `qkv` in one dispatch.
-    fn rope(&self, rec: &mut Recorder<'_>, qkv: &wgpu::Buffer, angles: &wgpu::Buffer, rows: usize) {
-        let c = &self.config;
-        let pairs = c.rope_dims / 2;
-        let heads = c.n_heads + c.n_kv_heads;
-        let n = (rows * heads * pairs) as u32;
-        if n == 0 {
-            return;
-        }
-        let p = [
-            rows as u32,
-            (c.d_model + 2 * c.kv_dim()) as u32,
-            heads as u32,
-            c.head_dim as u32,
-            pairs as u32,
-        ];
-        rec.dispatch(
-            &self.pipes.rope,
-            [whole(qkv), whole(angles)],
-            &p,
-            groups_1d(n),
-        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1535,9 +1529,11 @@ impl GpuModel {
 }
 
 impl Pipelines {
+    /// Compiles the kernels: a matmul for each of `formats`, and one that applies
+    /// RoPE for each of `rope_formats` (the query and key projections').
     fn new(
         device: &wgpu::Device,
-        formats: &[GgmlType],
+        [formats, rope_formats]: [&[GgmlType]; 2],
         embed_ty: GgmlType,
         layout: MatmulLayout,
     ) -> Pipelines {
@@ -1568,20 +1564,15 @@ impl Pipelines {
         Pipelines {
             matmul: formats
                 .iter()
-                .map(|&ty| {
-                    (
-                        ty,
-                        make(
-                            "matmul",
-                            &with_format(
-                                ty,
-                                &format!(
-                                    "const ROWS: u32 = {matmul_rows}u;\nconst LANES: u32 = {lanes}u;\n{}",
-                                    include_str!("matmul.wgsl")
-                                ),
-                            ),
-                        ),
-                    )
+                .map(|&ty| (ty, false))
+                .chain(rope_formats.iter().map(|&ty| (ty, true)))
+                .map(|(ty, rope)| {
+                    let consts = format!(
+                        "const ROWS: u32 = {matmul_rows}u;\nconst LANES: u32 = {lanes}u;\n\
+                         const ROPE: bool = {rope};\n"
+                    );
+                    let src = with_format(ty, &(consts + include_str!("matmul.wgsl")));
+                    ((ty, rope), make("matmul", &src))
                 })
                 .collect(),
             matmul_rows,
@@ -1594,7 +1585,6 @@ impl Pipelines {
                 "quantize",
                 &[include_str!("round8.wgsl"), include_str!("quantize.wgsl")].concat(),
             ),
-            rope: make("rope", include_str!("rope.wgsl")),
             add: make("add", include_str!("add.wgsl")),
             attention: make(
                 "attention",

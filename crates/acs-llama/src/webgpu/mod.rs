@@ -753,9 +753,7 @@ impl GpuLoader {
             arena: Mutex::new(None),
         })
     }
-}
 
-impl GpuLoader {
     /// Removes an uploaded matrix, or says it never came.
     fn take_matrix(&mut self, name: &str) -> Result<GpuTensor, GpuError> {
         self.matrices.remove(name).ok_or_else(|| missing(name))
@@ -1058,7 +1056,7 @@ impl GpuModel {
             .max()
             .unwrap_or(0);
         let largest = [
-            total * c.ffn.max(d),
+            total * (2 * c.ffn).max(d + 2 * kv),
             score_floats,
             batch.iter().map(logit_count).sum::<usize>() * c.vocab,
         ];
@@ -1134,7 +1132,7 @@ impl GpuModel {
         let t = total;
         let x = rec.scratch("x", t * d);
         let xn = rec.scratch("xn", t * d);
-        let xq = rec.scratch("xq", t * c.ffn.max(d));
+        let xq = rec.scratch("xq", t * d);
         // Each row's queries, keys and values side by side, as one matmul writes them.
         let qkv = rec.scratch("qkv", t * (d + 2 * kv));
         let attn = rec.scratch("attn", t * d);

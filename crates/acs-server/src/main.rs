@@ -33,7 +33,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// kernel, in milliseconds. Its default, 10 ms, is shorter than a decode step (about
 /// 20 ms for 8 sequences of the default model here), so the memory each step frees
 /// went back to the kernel and the next step faulted it in again, zeroed: `perf stat`
-/// counted 100,116 page faults in an `acs bench` run, 11,814 with a second, and the
+/// counted 100,116 page faults in an `acs bench` run, 18,425 with a second, and the
 /// medians of three alternating runs each were 5-16% faster (README).
 const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
 

@@ -196,15 +196,17 @@ struct Stack {
 /// One tensor for the matrices `parts` (which read the same input), where they can
 /// share one: the same format and row length, rows of whole words (each part's
 /// bytes then start on a word, as WebGPU writes them), and room for all in one
-/// binding. The matmul over them is then one dispatch.
+/// buffer. The matmul over them is then one dispatch. Returns it with each part's
+/// first row in it.
 fn stack(
     device: &wgpu::Device,
     limits: &wgpu::Limits,
     header: &GgufHeader,
     needs: &HashMap<String, Need>,
     parts: &[String],
-) -> Result<Option<GpuTensor>, GpuError> {
+) -> Result<Option<(GpuTensor, Vec<usize>)>, GpuError> {
     let mut shape = None;
+    let mut starts = Vec::with_capacity(parts.len());
     let mut rows = 0;
     for name in parts {
         let ty = header.require_tensor(name)?.ty;
@@ -214,18 +216,19 @@ fn stack(
         if *shape.get_or_insert((ty, cols)) != (ty, cols) {
             return Ok(None);
         }
+        starts.push(rows);
         rows += r;
     }
     let Some((ty, cols)) = shape else {
         return Ok(None);
     };
     let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
-    let fits = (rows * row_bytes) as u64 + 4 <= bind_limit(limits);
-    if !row_bytes.is_multiple_of(4) || !fits {
+    if !row_bytes.is_multiple_of(4) || rows > rows_per_buffer(limits, row_bytes) {
         return Ok(None);
     }
     let label = format!("{} and the rest of its stack", parts[0]);
-    GpuModel::create_tensor(device, limits, &label, ty, cols, rows).map(Some)
+    let tensor = GpuModel::create_tensor(device, limits, &label, ty, cols, rows)?;
+    Ok(Some((tensor, starts)))
 }
 
 /// The largest buffer a kernel can bind.
@@ -233,6 +236,13 @@ fn bind_limit(limits: &wgpu::Limits) -> u64 {
     limits
         .max_storage_buffer_binding_size
         .min(limits.max_buffer_size)
+}
+
+/// Rows of `row_bytes` a weight buffer holds: whole rows within the binding limit,
+/// less a word of padding slack, and an even number of them, so that a pair of rows
+/// RoPE rotates together is never split between buffers.
+fn rows_per_buffer(limits: &wgpu::Limits, row_bytes: usize) -> usize {
+    ((bind_limit(limits) - 4) / row_bytes as u64) as usize & !1
 }
 
 /// The compiled kernels; the weight-reading ones once per format the model uses.
@@ -579,13 +589,9 @@ impl GpuLoader {
                 |_, _, _| Ok(()),
             )?;
             for parts in [vec![n.wq, n.wk, n.wv], vec![n.gate, n.up]] {
-                if let Some(tensor) = stack(&device, &limits, header, &needs, &parts)? {
-                    let mut at = 0;
-                    for name in &parts {
+                if let Some((tensor, starts)) = stack(&device, &limits, header, &needs, &parts)? {
+                    for (name, at) in parts.iter().zip(starts) {
                         part_of.insert(name.clone(), (stacks.len(), at));
-                        if let Some(&Need::Matrix { rows, .. }) = needs.get(name) {
-                            at += rows;
-                        }
                     }
                     stacks.push(Stack {
                         tensor,
@@ -647,11 +653,11 @@ impl GpuLoader {
         match self.needs.get(&info.name).copied() {
             None => Ok(()),
             Some(Need::Matrix { cols, rows }) => {
-                check_dims(info, cols, rows)?;
                 let part = self.part_of.get(&info.name).copied();
                 let arriving = match self.arriving.entry(info.name.clone()) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
+                        check_dims(info, cols, rows)?;
                         let (tensor, at) = match part {
                             Some((s, at)) => (self.stacks[s].tensor.clone(), at),
                             None => (
@@ -908,9 +914,7 @@ impl GpuModel {
         }
         let row_bytes = ty.row_bytes(cols).map_err(ModelError::from)?;
         let limit = bind_limit(limits);
-        // Whole rows per buffer, rounded down to whole words of padding slack, and to
-        // an even number, so that a pair of rows RoPE rotates together is never split.
-        let per = ((limit - 4) / row_bytes as u64) as usize & !1;
+        let per = rows_per_buffer(limits, row_bytes);
         if per == 0 {
             return Err(GpuError::TooLarge {
                 what: format!("a row of {name}"),

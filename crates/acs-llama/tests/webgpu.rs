@@ -30,7 +30,9 @@ use acs_llama::model::{KvCache, LayerAdd, Logits, Model, ModelError, SeqInput, S
 use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
 use acs_llama::testgen::{TestModelSpec, test_model_bytes};
-use acs_llama::webgpu::{GpuCache, GpuError, GpuModel, GpuSeqInput, MatmulLayout, pick_adapter};
+use acs_llama::webgpu::{
+    GpuCache, GpuError, GpuModel, GpuSeqInput, Kernel, MatmulLayout, pick_adapter,
+};
 use common::rel_diff;
 use llama_cpp_oracle::{ids, oracle, top5_last};
 
@@ -397,6 +399,92 @@ fn mixed_batch_matches_cpu() {
         "cache lengths"
     );
     diffs.check("mixed batch");
+}
+
+/// A profiled step gives the unprofiled step's results, and times every dispatch:
+/// two sequences (one steered) decoding after their prefills, against the same step
+/// unprofiled on copies of their caches.
+#[test]
+fn profile_times_every_dispatch() {
+    let (cpu, gpu) = load(&TestModelSpec::tiny());
+    let c = &cpu.config;
+    let steer = [LayerAdd {
+        layer: 1,
+        vector: vec![0.25; c.d_model],
+    }];
+    let mut caches: Vec<GpuCache> = (0..2).map(|_| gpu.new_cache()).collect();
+    let (a, b) = (prompt(5, 6), prompt(3, 7));
+    let req = |tokens, steering| Req {
+        tokens,
+        steering,
+        capture: &[],
+        logits: Logits::Last,
+    };
+    step_gpu(&gpu, &mut caches, &[req(&a, &[]), req(&b, &steer)]);
+    let mut copies: Vec<GpuCache> = caches
+        .iter()
+        .map(|c| gpu.fork_cache(c).expect("fork"))
+        .collect();
+    let decode = [req(&[3], &[]), req(&[4], &steer)];
+    let plain = step_gpu(&gpu, &mut copies, &decode);
+    let mut batch: Vec<GpuSeqInput<'_>> = caches
+        .iter_mut()
+        .zip(&decode)
+        .map(|(cache, r)| GpuSeqInput {
+            cache,
+            tokens: r.tokens,
+            steering: r.steering,
+            capture: r.capture,
+            logits: r.logits,
+        })
+        .collect();
+    let (out, profile) = gpu
+        .profile(&mut batch)
+        .expect("lavapipe has timestamp queries");
+    drop(batch);
+    for (p, q) in plain.iter().zip(&out) {
+        assert_eq!(p.logits, q.logits, "profiling changes no result");
+    }
+    assert_eq!(caches[0].len(), 6, "the profiled step advanced the cache");
+
+    let count =
+        |f: &dyn Fn(&Kernel) -> bool| profile.kernels.iter().filter(|k| f(&k.kernel)).count();
+    let layers = c.n_layers;
+    assert_eq!(count(&|k| *k == Kernel::Embed), 1);
+    assert_eq!(
+        count(&|k| *k == Kernel::Attention),
+        2 * layers,
+        "one a sequence and layer"
+    );
+    assert_eq!(count(&|k| *k == Kernel::RmsNorm), 2 * layers + 1);
+    assert_eq!(count(&|k| *k == Kernel::SwiGlu), layers);
+    assert_eq!(
+        count(&|k| *k == Kernel::Steer),
+        1,
+        "one steered sequence, one layer"
+    );
+    let matmul_bytes: u64 = profile.kernels.iter().map(|k| k.weight_bytes).sum();
+    assert_eq!(
+        matmul_bytes,
+        gpu.weight_bytes_per_step(),
+        "the matmuls read every weight once"
+    );
+    assert!(
+        profile.kernels.iter().all(|k| match k.kernel {
+            Kernel::Matmul { .. } => k.weight_bytes > 0,
+            _ => k.weight_bytes == 0,
+        }),
+        "weights are counted where matmuls read them: {:?}",
+        profile.kernels
+    );
+    assert!(profile.span > 0.0);
+    assert!(
+        profile
+            .kernels
+            .iter()
+            .all(|k| k.seconds > 0.0 && k.seconds <= profile.span),
+        "every dispatch has its own time, within the step's: {profile:?}"
+    );
 }
 
 #[test]

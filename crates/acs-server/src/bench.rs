@@ -268,7 +268,9 @@ fn engine_bench(model: &Arc<Model>, max_tokens: usize, repeat: usize) -> Result<
 
 /// The WebGPU backend on the best adapter found: decode tokens/s for 1 and 8
 /// sequences after the same prefill, and the weight bytes those steps read per second
-/// as a fraction of the adapter's copy bandwidth (read + write of a 256 MiB copy).
+/// as a fraction of the adapter's copy bandwidth (read + write of a 256 MiB copy);
+/// then, where the adapter has timestamp queries, where one decode step's time goes,
+/// kernel by kernel (medians of `repeat` profiled steps).
 #[cfg(feature = "webgpu")]
 fn webgpu_bench(
     path: &std::path::Path,
@@ -276,16 +278,15 @@ fn webgpu_bench(
     steps: usize,
     repeat: usize,
 ) -> Result<(), CliError> {
-    use acs_llama::webgpu::{GpuCache, GpuModel, GpuSeqInput};
-    let fail =
-        |e: acs_llama::webgpu::GpuError| CliError::Api(acs_core::ApiError::internal(e.to_string()));
+    use acs_llama::webgpu::{GpuCache, GpuError, GpuModel, GpuSeqInput, StepProfile};
+    let fail = |e: GpuError| CliError::Api(acs_core::ApiError::internal(e.to_string()));
     let file = acs_llama::gguf::GgufFile::open(path)
         .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
     let gpu = GpuModel::new(&file).map_err(fail)?;
     let info = gpu.adapter_info();
     let copy = gpu.copy_bandwidth(256 << 20, 5).map_err(fail)?;
-    let step = |caches: &mut [GpuCache], feed: &[Vec<u32>], logits| {
-        let mut batch: Vec<GpuSeqInput<'_>> = caches
+    fn inputs<'a>(caches: &'a mut [GpuCache], feed: &'a [Vec<u32>]) -> Vec<GpuSeqInput<'a>> {
+        caches
             .iter_mut()
             .zip(feed)
             .map(|(cache, f)| GpuSeqInput {
@@ -293,30 +294,66 @@ fn webgpu_bench(
                 tokens: f,
                 steering: &[],
                 capture: &[],
-                logits,
+                logits: Logits::Last,
             })
-            .collect();
-        gpu.forward(&mut batch)
+            .collect()
+    }
+    let next = |feed: &mut [Vec<u32>], out: Vec<acs_llama::model::SeqOutput>| {
+        for (f, o) in feed.iter_mut().zip(out) {
+            *f = vec![argmax(&o.logits)];
+        }
     };
-    let decode = |n: usize| -> Result<f64, CliError> {
-        let mut caches: Vec<GpuCache> = (0..n).map(|_| gpu.new_cache()).collect();
-        let prompts = vec![ids.to_vec(); n];
-        let out = step(&mut caches, &prompts, Logits::Last).map_err(fail)?;
-        let mut feed: Vec<Vec<u32>> = out.iter().map(|o| vec![argmax(&o.logits)]).collect();
+    // `n` sequences that share the prompt's one prefill (as a request's n choices
+    // do), decoding `steps` tokens; then `profiled` steps more, each timed kernel by
+    // kernel.
+    let decode = |n: usize, profiled: usize| -> Result<(f64, Vec<StepProfile>), CliError> {
+        let mut first = gpu.new_cache();
+        let out = gpu
+            .forward(&mut inputs(
+                std::slice::from_mut(&mut first),
+                &[ids.to_vec()],
+            ))
+            .map_err(fail)?;
+        let mut caches = vec![first];
+        for _ in 1..n {
+            caches.push(gpu.fork_cache(&caches[0]).map_err(fail)?);
+        }
+        let mut feed = vec![vec![argmax(&out[0].logits)]; n];
         let t = Instant::now();
         for _ in 0..steps {
-            let out = step(&mut caches, &feed, Logits::Last).map_err(fail)?;
-            for (f, o) in feed.iter_mut().zip(out) {
-                *f = vec![argmax(&o.logits)];
+            let out = gpu.forward(&mut inputs(&mut caches, &feed)).map_err(fail)?;
+            next(&mut feed, out);
+        }
+        let tps = (steps * n) as f64 / t.elapsed().as_secs_f64();
+        let mut profiles = Vec::new();
+        for _ in 0..profiled {
+            match gpu.profile(&mut inputs(&mut caches, &feed)) {
+                Ok((out, p)) => {
+                    next(&mut feed, out);
+                    profiles.push(p);
+                }
+                Err(GpuError::NoTimestamps(_)) => break,
+                Err(e) => return Err(fail(e)),
             }
         }
-        Ok((steps * n) as f64 / t.elapsed().as_secs_f64())
+        Ok((tps, profiles))
     };
     let mut d1 = Vec::new();
     let mut d8 = Vec::new();
-    for _ in 0..repeat.max(1) {
-        d1.push(decode(1)?);
-        d8.push(decode(8)?);
+    let mut profiles = [Vec::new(), Vec::new()];
+    for r in 0..repeat.max(1) {
+        // The last run's profiles are the report's.
+        let profiled = if r + 1 == repeat.max(1) {
+            repeat.max(1)
+        } else {
+            0
+        };
+        let (tps, p) = decode(1, profiled)?;
+        d1.push(tps);
+        profiles[0] = p;
+        let (tps, p) = decode(8, profiled)?;
+        d8.push(tps);
+        profiles[1] = p;
     }
     let (d1, d8) = (median(d1), median(d8));
     let w = gpu.weight_bytes_per_step() as f64;
@@ -337,5 +374,74 @@ fn webgpu_bench(
             100.0 * bw / copy
         );
     }
+    for (n, p) in [(1, &profiles[0]), (8, &profiles[1])] {
+        print_profile(n, p, copy);
+    }
+    if profiles[0].is_empty() {
+        println!("webgpu    no kernel profile: the adapter has no timestamp queries");
+    }
     Ok(())
+}
+
+/// Where decode steps of `n` sequences spend their time on the device, kernel by
+/// kernel (each a median over `profiles`), and the bandwidth each matmul reads its
+/// weights at.
+#[cfg(feature = "webgpu")]
+fn print_profile(n: usize, profiles: &[acs_llama::webgpu::StepProfile], copy: f64) {
+    use acs_llama::webgpu::Kernel;
+    use std::collections::BTreeMap;
+    let Some(last) = profiles.last() else {
+        return;
+    };
+    // Per kernel: its seconds in each step, its dispatches and weight bytes a step.
+    let mut rows: BTreeMap<Kernel, (Vec<f64>, usize, u64)> = BTreeMap::new();
+    for (i, p) in profiles.iter().enumerate() {
+        for k in &p.kernels {
+            let row = rows.entry(k.kernel).or_default();
+            row.0.resize(i + 1, 0.0);
+            row.0[i] += k.seconds;
+            if i + 1 == profiles.len() {
+                row.1 += 1;
+                row.2 += k.weight_bytes;
+            }
+        }
+    }
+    let span = median(profiles.iter().map(|p| p.span).collect());
+    let busy = median(
+        profiles
+            .iter()
+            .map(|p| p.kernels.iter().map(|k| k.seconds).sum())
+            .collect(),
+    );
+    println!(
+        "webgpu    profile x{n} (device timestamps, a pass per dispatch, median of {}): step {:.3} ms, kernels {:.3} ms ({:.0}%), {} dispatches",
+        profiles.len(),
+        span * 1e3,
+        busy * 1e3,
+        100.0 * busy / span,
+        last.kernels.len()
+    );
+    let mut rows: Vec<(Kernel, f64, usize, u64)> = rows
+        .into_iter()
+        .map(|(k, (t, count, bytes))| (k, median(t), count, bytes))
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (kernel, t, count, bytes) in rows {
+        let mut line = format!(
+            "webgpu      {:<26} {count:4} dispatch{} {:9.3} ms {:5.1}%",
+            kernel.to_string(),
+            if count == 1 { "  " } else { "es" },
+            t * 1e3,
+            100.0 * t / span
+        );
+        if bytes > 0 {
+            let bw = bytes as f64 / t;
+            line += &format!(
+                " | weights at {:.2} GB/s = {:.1}% of copy bandwidth",
+                bw / 1e9,
+                100.0 * bw / copy
+            );
+        }
+        println!("{line}");
+    }
 }

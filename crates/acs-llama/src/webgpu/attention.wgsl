@@ -136,13 +136,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         workgroupBarrier();
         if lid < P.head_dim / 32u {
             let b = 32u * lid;
-            var amax = 0.0;
+            var block: array<f32, 32>;
             for (var j = 0u; j < 32u; j++) {
-                amax = max(amax, abs(head[b + j]));
+                block[j] = head[b + j];
             }
-            let sc = round8_scale(amax);
+            round8_block(&block);
             for (var j = 0u; j < 32u; j++) {
-                O[oo + b + j] = round8(head[b + j], sc);
+                O[oo + b + j] = block[j];
             }
         }
     }

@@ -60,6 +60,69 @@ const MAX_HEAD: usize = 256;
 /// Bytes of one kernel's parameters in the step's uniform buffer (all fit in 16 words).
 const PARAM_BYTES: u64 = 64;
 
+/// What one dispatch of a step computes, as [`GpuModel::profile`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kernel {
+    /// The embedding rows of the step's tokens.
+    Embed,
+    /// RMSNorm, rounding its output to 8-bit blocks where the matmuls read those.
+    RmsNorm,
+    /// Rounding a matmul's input to 8-bit blocks.
+    Quantize,
+    /// SwiGLU of the gate and up projections, rounded where the down projection reads
+    /// 8-bit blocks.
+    SwiGlu,
+    /// A matrix of `rows` × `cols` weights in format `ty` (matrices stacked in one
+    /// tensor count as one) times the step's vectors.
+    Matmul {
+        /// The weights' format.
+        ty: GgmlType,
+        /// Output rows.
+        rows: usize,
+        /// Input columns.
+        cols: usize,
+    },
+    /// One sequence's attention over its cache, storing its new keys and values.
+    Attention,
+    /// A steering vector added to the residual stream.
+    Steer,
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kernel::Embed => f.write_str("embed"),
+            Kernel::RmsNorm => f.write_str("rms_norm"),
+            Kernel::Quantize => f.write_str("quantize"),
+            Kernel::SwiGlu => f.write_str("swiglu"),
+            Kernel::Matmul { ty, rows, cols } => write!(f, "matmul {ty:?} {rows}x{cols}"),
+            Kernel::Attention => f.write_str("attention"),
+            Kernel::Steer => f.write_str("steer"),
+        }
+    }
+}
+
+/// One dispatch of a profiled step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// What it computed.
+    pub kernel: Kernel,
+    /// From its start to its end on the device's clock.
+    pub seconds: f64,
+    /// Weight bytes it read.
+    pub weight_bytes: u64,
+}
+
+/// A step timed dispatch by dispatch on the device's clock ([`GpuModel::profile`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepProfile {
+    /// Every dispatch, in the order the step ran them.
+    pub kernels: Vec<KernelTime>,
+    /// From the first dispatch's start to the last one's end: the kernels' time and
+    /// the gaps between them (barriers, launches).
+    pub span: f64,
+}
+
 /// Why the WebGPU backend could not load or run a model.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -102,6 +165,9 @@ pub enum GpuError {
     /// Results could not be read back.
     #[error("reading results back failed: {0}")]
     Readback(String),
+    /// Profiling asked of an adapter without timestamp queries.
+    #[error("the adapter {0} has no timestamp queries, which profiling needs")]
+    NoTimestamps(String),
     /// The model file or the batch is unusable (same errors as the CPU path).
     #[error(transparent)]
     Model(#[from] ModelError),
@@ -564,6 +630,8 @@ impl GpuLoader {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("acs-llama"),
+                // Only for profiling (GpuModel::profile); a step without it is the same.
+                required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
                 required_limits,
                 ..Default::default()
             })
@@ -1011,6 +1079,45 @@ impl GpuModel {
         &self,
         batch: &mut [GpuSeqInput<'_>],
     ) -> Result<Vec<SeqOutput>, GpuError> {
+        Ok(self.step(batch, false).await?.0)
+    }
+
+    /// [`GpuModel::forward`], timing each dispatch (blocking); see
+    /// [`GpuModel::profile_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn profile(
+        &self,
+        batch: &mut [GpuSeqInput<'_>],
+    ) -> Result<(Vec<SeqOutput>, StepProfile), GpuError> {
+        pollster::block_on(self.profile_async(batch))
+    }
+
+    /// [`GpuModel::forward_async`], with each dispatch in a compute pass of its own
+    /// that writes timestamps at its start and end: where a step's time goes, kernel by
+    /// kernel, and how much of it is gaps between them. The results are the same; the
+    /// step as a whole may be slower than an unprofiled one (a pass per dispatch).
+    /// Needs an adapter with timestamp queries.
+    pub async fn profile_async(
+        &self,
+        batch: &mut [GpuSeqInput<'_>],
+    ) -> Result<(Vec<SeqOutput>, StepProfile), GpuError> {
+        if !self
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+        {
+            return Err(GpuError::NoTimestamps(self.info.name.clone()));
+        }
+        let (outputs, profile) = self.step(batch, true).await?;
+        Ok((outputs, profile.unwrap_or_default()))
+    }
+
+    /// One step, its profile too when `profile` (see [`GpuModel::profile_async`]).
+    async fn step(
+        &self,
+        batch: &mut [GpuSeqInput<'_>],
+        profile: bool,
+    ) -> Result<(Vec<SeqOutput>, Option<StepProfile>), GpuError> {
         self.check_lost()?;
         let c = &self.config;
         let (d, kv) = (c.d_model, c.kv_dim());
@@ -1039,7 +1146,7 @@ impl GpuModel {
         }
         let mut outputs: Vec<SeqOutput> = batch.iter().map(|_| SeqOutput::default()).collect();
         if total == 0 {
-            return Ok(outputs);
+            return Ok((outputs, None));
         }
         if total > MAX_GROUPS as usize {
             return Err(GpuError::TooLarge {
@@ -1155,6 +1262,7 @@ impl GpuModel {
             ];
             let groups = ((d as u32 / 32).div_ceil(WG), t as u32, 1);
             rec.dispatch(
+                Kernel::Embed,
                 &self.pipes.embed,
                 [whole(&ch.buf), whole(&tok_buf), whole(&x)],
                 &p,
@@ -1248,13 +1356,13 @@ impl GpuModel {
             .iter_mut()
             .map(|s| std::mem::take(&mut s.cache.groups))
             .collect();
-        let data = rec.finish(readback_floats, &mut groups).await;
+        let data = rec.finish(readback_floats, &mut groups, profile).await;
         for (s, g) in batch.iter_mut().zip(groups) {
             s.cache.groups = g;
         }
         scopes.pop().await?;
         self.check_lost()?;
-        let (data, arena) = data?;
+        let (data, arena, timed) = data?;
         if let Ok(mut a) = self.arena.lock() {
             *a = Some(arena);
         }
@@ -1271,7 +1379,7 @@ impl GpuModel {
             out.logits = data[at..at + n].to_vec();
             at += n;
         }
-        Ok(outputs)
+        Ok((outputs, timed))
     }
 
     fn check_lost(&self) -> Result<(), GpuError> {
@@ -1361,6 +1469,7 @@ impl GpuModel {
         let c = &self.config;
         let round = readers.iter().any(|w| w.ty.uses_q8_activations());
         rec.dispatch(
+            Kernel::RmsNorm,
             &self.pipes.rms_norm,
             [whole(x), whole(g), whole(out), whole(xq)],
             &[c.d_model as u32, c.rms_eps.to_bits(), u32::from(round)],
@@ -1389,7 +1498,12 @@ impl GpuModel {
             swiglu.unwrap_or(0) as u32,
             u32::from(round),
         ];
+        let kernel = match swiglu {
+            Some(_) => Kernel::SwiGlu,
+            None => Kernel::Quantize,
+        };
         rec.dispatch(
+            kernel,
             &self.pipes.quantize,
             [whole(input), whole(out)],
             &p,
@@ -1451,7 +1565,15 @@ impl GpuModel {
                     1,
                 );
                 let bindings = [whole(&ch.buf), whole(x), whole(out), whole(angles)];
-                rec.dispatch(pipe, bindings, &p, groups);
+                let work = Work {
+                    kernel: Kernel::Matmul {
+                        ty: w.ty,
+                        rows: w.rows,
+                        cols: w.cols,
+                    },
+                    weight_bytes: (ch.rows * w.row_bytes) as u64,
+                };
+                rec.dispatch(work, pipe, bindings, &p, groups);
             }
             at += w.rows;
         }
@@ -1470,6 +1592,7 @@ impl GpuModel {
     ) {
         let p = [n as u32, x_off as u32, y_off as u32, period as u32];
         rec.dispatch(
+            Kernel::Steer,
             &self.pipes.add,
             [whole(x), whole(y)],
             &p,
@@ -1522,6 +1645,7 @@ impl GpuModel {
         ];
         rec.dispatch_for(
             Owner::Sequence(si),
+            Kernel::Attention,
             &self.pipes.attention,
             [whole(qkv), slice(ck), slice(cv), whole(scores), whole(out)],
             &p,
@@ -1643,6 +1767,23 @@ enum Dest<'b> {
     Readback(usize),
 }
 
+/// What a dispatch computes, and the weight bytes it multiplies (as
+/// [`GpuModel::weight_bytes_per_step`] counts them), for profiles.
+#[derive(Debug, Clone, Copy)]
+struct Work {
+    kernel: Kernel,
+    weight_bytes: u64,
+}
+
+impl From<Kernel> for Work {
+    fn from(kernel: Kernel) -> Self {
+        Work {
+            kernel,
+            weight_bytes: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Op {
     Dispatch {
@@ -1653,6 +1794,8 @@ enum Op {
         groups: (u32, u32, u32),
         /// Where its bind group is kept for the next step.
         owner: Owner,
+        /// What it computes, for profiles.
+        work: Work,
     },
     Copy {
         src: wgpu::Buffer,
@@ -1772,18 +1915,20 @@ impl<'d> Recorder<'d> {
 
     fn dispatch<const N: usize>(
         &mut self,
+        work: impl Into<Work>,
         pipe: &wgpu::ComputePipeline,
         bindings: [Binding; N],
         params: &[u32],
         groups: (u32, u32, u32),
     ) {
-        self.dispatch_for(Owner::Step, pipe, bindings, params, groups);
+        self.dispatch_for(Owner::Step, work, pipe, bindings, params, groups);
     }
 
     /// [`Recorder::dispatch`], its bind group kept by `owner`.
     fn dispatch_for<const N: usize>(
         &mut self,
         owner: Owner,
+        work: impl Into<Work>,
         pipe: &wgpu::ComputePipeline,
         bindings: [Binding; N],
         params: &[u32],
@@ -1800,6 +1945,7 @@ impl<'d> Recorder<'d> {
             params: at,
             groups,
             owner,
+            work: work.into(),
         });
     }
 
@@ -1830,13 +1976,41 @@ impl<'d> Recorder<'d> {
     // interior state (what the lint sees on wasm32) never changes.
     #[allow(clippy::mutable_key_type)]
     /// `sequences` are the bind groups the batch's caches kept from their last step
-    /// (see [`GpuCache::groups`]); each comes back with this step's.
+    /// (see [`GpuCache::groups`]); each comes back with this step's. With `timing`,
+    /// each dispatch is timestamped (see [`GpuModel::profile_async`]).
     async fn finish(
         mut self,
         readback_floats: usize,
         sequences: &mut [HashMap<GroupKey, wgpu::BindGroup>],
-    ) -> Result<(Vec<f32>, Arena), GpuError> {
+        timing: bool,
+    ) -> Result<(Vec<f32>, Arena, Option<StepProfile>), GpuError> {
         let device = self.device;
+        // Two timestamps per dispatch, in query sets of WebGPU's largest size, resolved
+        // into the read-back buffer after the floats.
+        let timed: Vec<Work> = match timing {
+            true => self
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Dispatch { work, .. } => Some(*work),
+                    _ => None,
+                })
+                .collect(),
+            false => Vec::new(),
+        };
+        let per_set = (wgpu::QUERY_SET_MAX_QUERIES / 2) as usize;
+        let sets: Vec<wgpu::QuerySet> = timed
+            .chunks(per_set)
+            .map(|c| {
+                device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("profile"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: 2 * c.len() as u32,
+                })
+            })
+            .collect();
+        let stamps_at = ((readback_floats * 4) as u64).next_multiple_of(8);
+        let stamp_bytes = 16 * timed.len() as u64;
         let uniforms = self.arena.get(
             device,
             "params",
@@ -1848,7 +2022,7 @@ impl<'d> Recorder<'d> {
         let readback = self.arena.get(
             device,
             "readback",
-            (readback_floats * 4) as u64,
+            stamps_at + stamp_bytes,
             wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             u64::MAX,
         );
@@ -1929,6 +2103,8 @@ impl<'d> Recorder<'d> {
             label: Some("step"),
         });
         let mut i = 0;
+        // Dispatches encoded so far.
+        let mut k = 0;
         while i < self.ops.len() {
             match &self.ops[i] {
                 Op::Copy {
@@ -1951,7 +2127,20 @@ impl<'d> Recorder<'d> {
                     i += 1;
                 }
                 Op::Dispatch { .. } => {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    // Timed, each dispatch is a pass of its own, stamped as it starts
+                    // and ends.
+                    let timestamp_writes = sets.get(k / per_set).map(|set| {
+                        let at = 2 * (k % per_set) as u32;
+                        wgpu::ComputePassTimestampWrites {
+                            query_set: set,
+                            beginning_of_pass_write_index: Some(at),
+                            end_of_pass_write_index: Some(at + 1),
+                        }
+                    });
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes,
+                    });
                     while let Some(Op::Dispatch {
                         pipe, groups: g, ..
                     }) = self.ops.get(i)
@@ -1960,13 +2149,30 @@ impl<'d> Recorder<'d> {
                         pass.set_bind_group(0, groups[i].as_ref(), &[]);
                         pass.dispatch_workgroups(g.0, g.1, g.2);
                         i += 1;
+                        k += 1;
+                        if timing {
+                            break;
+                        }
                     }
                 }
             }
         }
+        if timing {
+            let resolved = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps"),
+                size: stamp_bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            for (s, (set, part)) in sets.iter().zip(timed.chunks(per_set)).enumerate() {
+                let at = (16 * s * per_set) as u64;
+                enc.resolve_query_set(set, 0..2 * part.len() as u32, &resolved, at);
+            }
+            enc.copy_buffer_to_buffer(&resolved, 0, &readback, stamps_at, stamp_bytes);
+        }
         self.queue.submit([enc.finish()]);
-        if readback_floats == 0 {
-            return Ok((Vec::new(), self.arena));
+        if readback_floats == 0 && !timing {
+            return Ok((Vec::new(), self.arena, None));
         }
         let mapped = map_read(device, &readback).await;
         mapped?;
@@ -1977,9 +2183,33 @@ impl<'d> Recorder<'d> {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
+        let profile = timing.then(|| {
+            let at = stamps_at as usize;
+            let ticks: Vec<u64> = view[at..at + stamp_bytes as usize]
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect();
+            let tick = f64::from(self.queue.get_timestamp_period()) * 1e-9;
+            let seconds = |from: u64, to: u64| to.saturating_sub(from) as f64 * tick;
+            let kernels = timed
+                .iter()
+                .zip(ticks.chunks_exact(2))
+                .map(|(w, t)| KernelTime {
+                    kernel: w.kernel,
+                    seconds: seconds(t[0], t[1]),
+                    weight_bytes: w.weight_bytes,
+                })
+                .collect();
+            let first = ticks.iter().step_by(2).min().copied().unwrap_or(0);
+            let last = ticks.iter().skip(1).step_by(2).max().copied().unwrap_or(0);
+            StepProfile {
+                kernels,
+                span: seconds(first, last),
+            }
+        });
         drop(view);
         readback.unmap();
-        Ok((out, self.arena))
+        Ok((out, self.arena, profile))
     }
 }
 

@@ -33,19 +33,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let o = b * 32u;
     var v: array<f32, 32>;
-    var amax = 0.0;
     for (var j = 0u; j < 32u; j++) {
         v[j] = value(o + j);
-        amax = max(amax, abs(v[j]));
     }
-    if P.round == 0u {
-        for (var j = 0u; j < 32u; j++) {
-            Y[o + j] = v[j];
-        }
-        return;
+    if P.round != 0u {
+        round8_block(&v);
     }
-    let s = round8_scale(amax);
     for (var j = 0u; j < 32u; j++) {
-        Y[o + j] = round8(v[j], s);
+        Y[o + j] = v[j];
     }
 }

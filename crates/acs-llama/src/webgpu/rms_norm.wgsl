@@ -43,15 +43,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     for (var blk = lid.x; blk < P.d / 32u; blk += 64u) {
         let o = 32u * blk;
         var y: array<f32, 32>;
-        var amax = 0.0;
         for (var j = 0u; j < 32u; j++) {
             y[j] = X[base + o + j] * inv * G[o + j];
             Y[base + o + j] = y[j];
-            amax = max(amax, abs(y[j]));
         }
-        let sc = round8_scale(amax);
+        round8_block(&y);
         for (var j = 0u; j < 32u; j++) {
-            Q[base + o + j] = round8(y[j], sc);
+            Q[base + o + j] = y[j];
         }
     }
 }

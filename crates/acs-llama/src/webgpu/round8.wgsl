@@ -2,7 +2,7 @@
 // rounds the inputs of block-format matmuls: each value to d * round(x / d), with
 // d = max|x| / 127 per block, ties to even. Keeping the rounding makes the GPU logits
 // match the CPU's rather than an exact f32 forward pass. Prepended to the kernels
-// that round (quantize.wgsl, rms_norm.wgsl).
+// that round (quantize.wgsl, rms_norm.wgsl, attention.wgsl).
 
 // A block's scale d and its inverse (0 for a block of zeros) from its largest
 // magnitude. WGSL lets division be off by 2.5 ulp; one FMA correction step each makes
@@ -23,4 +23,16 @@ fn round8_scale(amax: f32) -> vec2<f32> {
 // even).
 fn round8(v: f32, s: vec2<f32>) -> f32 {
     return s.x * clamp(round(v * s.y), -127.0, 127.0);
+}
+
+// A block of 32 values rounded in place, with the scale of its largest magnitude.
+fn round8_block(v: ptr<function, array<f32, 32>>) {
+    var amax = 0.0;
+    for (var j = 0u; j < 32u; j++) {
+        amax = max(amax, abs((*v)[j]));
+    }
+    let s = round8_scale(amax);
+    for (var j = 0u; j < 32u; j++) {
+        (*v)[j] = round8((*v)[j], s);
+    }
 }

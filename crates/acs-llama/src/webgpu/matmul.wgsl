@@ -32,7 +32,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
-@group(0) @binding(1) var<storage, read> X: array<f32>;
+// The vectors, four values a load (a row's length is whole blocks of 32).
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<storage, read> CS: array<f32>;
 @group(0) @binding(4) var<uniform> P: Params;
@@ -83,10 +84,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         for (var c = lane; c < P.cols / 32u; c += LANES) {
             fill(o, c);
             for (var b = 0u; b < nb; b++) {
-                let xo = (b0 + b) * P.cols + 32u * c;
+                let xo = ((b0 + b) * P.cols + 32u * c) / 4u;
                 var s = 0.0;
-                for (var j = 0u; j < 32u; j++) {
-                    s += y[j] * X[xo + j];
+                for (var j = 0u; j < 8u; j++) {
+                    let x = X[xo + j];
+                    s += y[4u * j] * x.x;
+                    s += y[4u * j + 1u] * x.y;
+                    s += y[4u * j + 2u] * x.z;
+                    s += y[4u * j + 3u] * x.w;
                 }
                 acc[b] += s;
             }

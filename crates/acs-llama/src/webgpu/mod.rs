@@ -109,7 +109,8 @@ pub struct KernelTime {
     pub kernel: Kernel,
     /// From its start to its end on the device's clock.
     pub seconds: f64,
-    /// Weight bytes it read.
+    /// Bytes of weight matrices it multiplied, as
+    /// [`GpuModel::weight_bytes_per_step`] counts them (0 for the other kernels).
     pub weight_bytes: u64,
 }
 
@@ -1987,16 +1988,16 @@ impl<'d> Recorder<'d> {
         let device = self.device;
         // Two timestamps per dispatch, in query sets of WebGPU's largest size, resolved
         // into the read-back buffer after the floats.
-        let timed: Vec<Work> = match timing {
-            true => self
-                .ops
+        let timed: Vec<Work> = if timing {
+            self.ops
                 .iter()
                 .filter_map(|op| match op {
                     Op::Dispatch { work, .. } => Some(*work),
                     _ => None,
                 })
-                .collect(),
-            false => Vec::new(),
+                .collect()
+        } else {
+            Vec::new()
         };
         let per_set = (wgpu::QUERY_SET_MAX_QUERIES / 2) as usize;
         let sets: Vec<wgpu::QuerySet> = timed

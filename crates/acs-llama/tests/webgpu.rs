@@ -98,8 +98,8 @@ fn step_cpu(model: &Model, caches: &mut [KvCache], reqs: &[Req<'_>]) -> Vec<SeqO
     model.forward(&mut batch).expect("cpu forward")
 }
 
-fn step_gpu(model: &GpuModel, caches: &mut [GpuCache], reqs: &[Req<'_>]) -> Vec<SeqOutput> {
-    let mut batch: Vec<GpuSeqInput<'_>> = caches
+fn gpu_batch<'a>(caches: &'a mut [GpuCache], reqs: &'a [Req<'_>]) -> Vec<GpuSeqInput<'a>> {
+    caches
         .iter_mut()
         .zip(reqs)
         .map(|(cache, r)| GpuSeqInput {
@@ -109,8 +109,13 @@ fn step_gpu(model: &GpuModel, caches: &mut [GpuCache], reqs: &[Req<'_>]) -> Vec<
             capture: r.capture,
             logits: r.logits,
         })
-        .collect();
-    model.forward(&mut batch).expect("gpu forward")
+        .collect()
+}
+
+fn step_gpu(model: &GpuModel, caches: &mut [GpuCache], reqs: &[Req<'_>]) -> Vec<SeqOutput> {
+    model
+        .forward(&mut gpu_batch(caches, reqs))
+        .expect("gpu forward")
 }
 
 /// How far two backends' results are apart over a run.
@@ -427,21 +432,9 @@ fn profile_times_every_dispatch() {
         .collect();
     let decode = [req(&[3], &[]), req(&[4], &steer)];
     let plain = step_gpu(&gpu, &mut copies, &decode);
-    let mut batch: Vec<GpuSeqInput<'_>> = caches
-        .iter_mut()
-        .zip(&decode)
-        .map(|(cache, r)| GpuSeqInput {
-            cache,
-            tokens: r.tokens,
-            steering: r.steering,
-            capture: r.capture,
-            logits: r.logits,
-        })
-        .collect();
     let (out, profile) = gpu
-        .profile(&mut batch)
+        .profile(&mut gpu_batch(&mut caches, &decode))
         .expect("lavapipe has timestamp queries");
-    drop(batch);
     for (p, q) in plain.iter().zip(&out) {
         assert_eq!(p.logits, q.logits, "profiling changes no result");
     }

@@ -374,8 +374,8 @@ fn webgpu_bench(
             100.0 * bw / copy
         );
     }
-    for (n, p) in [(1, &profiles[0]), (8, &profiles[1])] {
-        print_profile(n, p, copy);
+    for (n, tps, p) in [(1, d1, &profiles[0]), (8, d8, &profiles[1])] {
+        print_profile(n, n as f64 / tps, p, copy);
     }
     if profiles[0].is_empty() {
         println!("webgpu    no kernel profile: the adapter has no timestamp queries");
@@ -385,9 +385,10 @@ fn webgpu_bench(
 
 /// Where decode steps of `n` sequences spend their time on the device, kernel by
 /// kernel (each a median over `profiles`), and the bandwidth each matmul reads its
-/// weights at.
+/// weights at; against `wall`, the seconds an unprofiled step took from the host's
+/// side (encoding, submission and the read-back included).
 #[cfg(feature = "webgpu")]
-fn print_profile(n: usize, profiles: &[acs_llama::webgpu::StepProfile], copy: f64) {
+fn print_profile(n: usize, wall: f64, profiles: &[acs_llama::webgpu::StepProfile], copy: f64) {
     use acs_llama::webgpu::Kernel;
     use std::collections::BTreeMap;
     let Some(last) = profiles.last() else {
@@ -414,12 +415,13 @@ fn print_profile(n: usize, profiles: &[acs_llama::webgpu::StepProfile], copy: f6
             .collect(),
     );
     println!(
-        "webgpu    profile x{n} (device timestamps, a pass per dispatch, median of {}): step {:.3} ms, kernels {:.3} ms ({:.0}%), {} dispatches",
+        "webgpu    profile x{n} (device timestamps, a pass per dispatch, median of {}): step {:.3} ms on the device, kernels {:.3} ms ({:.0}%), {} dispatches; {:.3} ms a step from the host",
         profiles.len(),
         span * 1e3,
         busy * 1e3,
         100.0 * busy / span,
-        last.kernels.len()
+        last.kernels.len(),
+        wall * 1e3
     );
     let mut rows: Vec<(Kernel, f64, usize, u64)> = rows
         .into_iter()

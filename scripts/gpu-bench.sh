@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 out="${OUT:-.gpu/out}"
 mkdir -p "$out"
 exec > >(tee "$out/gpu-bench.txt") 2>&1
-# The Vulkan loader, unpacked from the packed .deb where the image has none.
+# The Vulkan loader (and the GL dispatch libraries NVIDIA's driver links), unpacked
+# from the packed .debs where the image has none.
 if ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
   for f in .gpu/debs/*.deb; do dpkg -x "$f" /; done
   ldconfig

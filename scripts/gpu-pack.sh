@@ -3,7 +3,7 @@
 # no network into .gpu/ (git-ignored): the `acs` binary built with `--features webgpu`,
 # the WebGPU test binary (the WGSL pass against the CPU pass on generated models), the
 # `shaped_model` example (a random-weight GGUF of the default model's shapes: the
-# model itself is too large to copy along), and the Vulkan loader as a .deb for
+# model itself is too large to copy along), and the Vulkan loader's .debs for
 # machines whose image lacks it. Copy the repository with .gpu/ to that machine and
 # run scripts/gpu-bench.sh there. The binaries are stripped (about 25 MB together).
 set -euo pipefail
@@ -23,5 +23,7 @@ for line in sys.stdin:
 strip -o .gpu/acs "$CARGO_TARGET_DIR/release/acs"
 strip -o .gpu/shaped_model "$CARGO_TARGET_DIR/release/examples/shaped_model"
 strip -o .gpu/webgpu_tests "$tests"
-(cd .gpu/debs && apt-get -qq download libvulkan1 2>/dev/null)
+# The Vulkan loader, and the GL dispatch libraries NVIDIA's Vulkan driver links.
+(cd .gpu/debs && apt-get -qq download libvulkan1 libglvnd0 libglx0 libgl1 libegl1 \
+  libopengl0 libgles2 2>/dev/null)
 du -sh .gpu

@@ -4,6 +4,7 @@
 # on a random-weight model of the default model's shapes. Output goes to the terminal
 # and to $OUT/gpu-bench.txt (OUT defaults to .gpu/out). REPEAT (default 3) and
 # DECODE (default 64) set the benchmark's --repeat and --decode-tokens.
+# No `set -e`: the benchmark runs even where a test fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-.gpu/out}"

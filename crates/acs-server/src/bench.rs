@@ -341,13 +341,10 @@ fn webgpu_bench(
     let mut d1 = Vec::new();
     let mut d8 = Vec::new();
     let mut profiles = [Vec::new(), Vec::new()];
-    for r in 0..repeat.max(1) {
+    let runs = repeat.max(1);
+    for r in 0..runs {
         // The last run's profiles are the report's.
-        let profiled = if r + 1 == repeat.max(1) {
-            repeat.max(1)
-        } else {
-            0
-        };
+        let profiled = if r + 1 == runs { runs } else { 0 };
         let (tps, p) = decode(1, profiled)?;
         d1.push(tps);
         profiles[0] = p;

@@ -1,6 +1,7 @@
-//! Where the forward pass runs. The scheduler needs three things of a backend: empty
-//! KV caches, a copy of a cache (a prompt's n choices branch from its prefill), and a
-//! batched step. The CPU [`Model`] is one; with the `webgpu` feature, the same
+//! Where the forward pass runs. The scheduler needs four things of a backend: empty
+//! KV caches and copies of one (a prompt's n choices branch from its prefill), each
+//! allocated for the positions the scheduler reserved for its sequence, the memory a
+//! cache takes, and a batched step. The CPU [`Model`] is one; with the `webgpu` feature, the same
 //! weights on a WebGPU device ([`acs_llama::webgpu::GpuModel`]) are another.
 //!
 //! The CPU model stays the engine's source of the tokenizer and the model's shape
@@ -21,11 +22,17 @@ pub trait Backend {
     /// Why a step failed.
     type Error: std::fmt::Display;
 
-    /// An empty cache.
-    fn new_cache(&self) -> Self::Cache;
+    /// An empty cache for a sequence of at most `positions` positions, the room the
+    /// scheduler reserved for it: a cache that grew by doubling could take twice that
+    /// memory, beyond the bound the scheduler keeps.
+    fn new_cache(&self, positions: usize) -> Self::Cache;
 
-    /// A copy of `cache`, for a choice branching from its prompt.
-    fn fork(&self, cache: &Self::Cache) -> Result<Self::Cache, Self::Error>;
+    /// A copy of `cache` with room for `positions` positions, for a choice branching
+    /// from its prompt.
+    fn fork(&self, cache: &Self::Cache, positions: usize) -> Result<Self::Cache, Self::Error>;
+
+    /// Memory `cache` takes, in bytes (its capacity).
+    fn cache_bytes(&self, cache: &Self::Cache) -> usize;
 
     /// Advances every sequence of `batch` by its new tokens.
     async fn forward(
@@ -41,12 +48,18 @@ impl Backend for Model {
     type Cache = KvCache;
     type Error = ModelError;
 
-    fn new_cache(&self) -> KvCache {
-        Model::new_cache(self)
+    fn new_cache(&self, positions: usize) -> KvCache {
+        let mut cache = Model::new_cache(self);
+        cache.reserve(positions.min(self.config.context));
+        cache
     }
 
-    fn fork(&self, cache: &KvCache) -> Result<KvCache, ModelError> {
-        Ok(cache.clone())
+    fn fork(&self, cache: &KvCache, positions: usize) -> Result<KvCache, ModelError> {
+        Ok(cache.fork(positions.min(self.config.context)))
+    }
+
+    fn cache_bytes(&self, cache: &KvCache) -> usize {
+        cache.bytes()
     }
 
     async fn forward(
@@ -70,12 +83,18 @@ mod gpu {
         type Cache = GpuCache;
         type Error = GpuError;
 
-        fn new_cache(&self) -> GpuCache {
-            GpuModel::new_cache(self)
+        fn new_cache(&self, positions: usize) -> GpuCache {
+            let mut cache = GpuModel::new_cache(self);
+            cache.reserve(positions);
+            cache
         }
 
-        fn fork(&self, cache: &GpuCache) -> Result<GpuCache, GpuError> {
-            self.fork_cache(cache)
+        fn fork(&self, cache: &GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
+            self.fork_cache(cache, positions)
+        }
+
+        fn cache_bytes(&self, cache: &GpuCache) -> usize {
+            cache.bytes() as usize
         }
 
         async fn forward(

@@ -229,7 +229,7 @@ pub async fn mean_activation_on<B: Backend>(
             "Contrast texts must have 1 to context-window tokens.",
         ));
     }
-    let mut cache = backend.new_cache();
+    let mut cache = backend.new_cache(ids.len());
     let mut batch = [SeqInput {
         cache: &mut cache,
         tokens: &ids,

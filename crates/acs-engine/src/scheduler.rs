@@ -131,6 +131,9 @@ pub struct Stats {
     pub decode_tokens: u64,
     /// Most sequences in one step.
     pub max_batch: u64,
+    /// Most KV cache memory the running requests held at once after a step, in bytes
+    /// (the caches' capacity: what they take, not only what they fill).
+    pub kv_bytes_peak: u64,
 }
 
 /// Limits of a scheduler.
@@ -171,6 +174,8 @@ impl SchedulerConfig {
 type EchoEntry = (u32, Option<f32>, Vec<(u32, f32)>);
 
 struct PromptRun<C> {
+    /// `None` until the request is admitted (a waiting request holds no KV memory)
+    /// and again once its choices have branched from it.
     cache: Option<C>,
     done: usize,
     /// Captured residual rows per requested layer, over the prefilled positions.
@@ -295,7 +300,7 @@ impl<B: Backend> Scheduler<B> {
             .prompts
             .iter()
             .map(|_| PromptRun {
-                cache: Some(self.backend.new_cache()),
+                cache: None,
                 done: 0,
                 captured: BTreeMap::new(),
                 echo: Vec::new(),
@@ -352,7 +357,26 @@ impl<B: Backend> Scheduler<B> {
                 return;
             }
         }
+        self.note_kv_bytes();
         self.report();
+    }
+
+    /// Updates [`Stats::kv_bytes_peak`] with what the running requests' caches take.
+    fn note_kv_bytes(&mut self) {
+        let backend = &self.backend;
+        let bytes: usize = self
+            .running
+            .iter()
+            .map(|a| {
+                let prompts = a.prompts.iter().filter_map(|p| p.cache.as_ref());
+                let choices = a.choices.iter().map(|c| &c.cache);
+                prompts
+                    .chain(choices)
+                    .map(|c| backend.cache_bytes(c))
+                    .sum::<usize>()
+            })
+            .sum();
+        self.stats.kv_bytes_peak = self.stats.kv_bytes_peak.max(bytes as u64);
     }
 
     /// Samples every decoded choice's next token from its logits (in parallel where
@@ -395,7 +419,13 @@ impl<B: Backend> Scheduler<B> {
                 break;
             }
             self.kv_reserved += need;
-            let a = self.waiting.pop_front().expect("front exists");
+            let mut a = self.waiting.pop_front().expect("front exists");
+            // Each prompt's cache has the room of one choice (its last choice takes
+            // it over): the prompt and the completion.
+            let g = &a.generation;
+            for (pr, ids) in a.prompts.iter_mut().zip(&g.prompts) {
+                pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
+            }
             self.running.push(a);
         }
     }
@@ -610,7 +640,10 @@ impl<B: Backend> Scheduler<B> {
             let cache = if i + 1 == n {
                 cache.take().expect("taken once, by the last choice")
             } else {
-                backend.fork(cache.as_ref().expect("still there before the last choice"))?
+                backend.fork(
+                    cache.as_ref().expect("still there before the last choice"),
+                    ids.len() + g.max_tokens,
+                )?
             };
             let mut choice = ChoiceRun {
                 index,

@@ -339,6 +339,38 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
     assert!(per_token > 0);
 }
 
+/// The caches of running sequences take no more memory than the scheduler reserved
+/// for them: a prompt's cache and its branches are allocated for the prompt and the
+/// completion at once (a cache that grew by doubling, or a branch cloned at its
+/// prompt's length, took up to twice that).
+#[test]
+fn kv_memory_held_stays_within_what_was_reserved() {
+    let m = model();
+    let per_token = m.config.kv_bytes_per_token();
+    // Exactly one request's room: 4 choices × (21 prompt tokens + 6).
+    let prompt: Vec<u32> = (1..=21).collect();
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 4 * (21 + 6),
+            // Prefilled in chunks, so the prompt's cache fills over several steps.
+            prefill_chunk: 8,
+        },
+    );
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":prompt,"max_tokens":6,"n":4,"temperature":1,"seed":3}),
+    );
+    run_to_end(&mut s);
+    assert_eq!(done(&log).choices.len(), 4);
+    let peak = s.stats().kv_bytes_peak as usize;
+    assert_eq!(
+        peak,
+        4 * (21 + 6) * per_token,
+        "four branches, each with the room of its prompt and completion"
+    );
+}
+
 /// The engine thread's handle refuses a request that could never fit as the
 /// scheduler does, at once and in the contract's terms, and runs one that fits.
 #[test]

@@ -685,9 +685,48 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Bytes this cache holds, for memory accounting.
+    /// Bytes of memory this cache takes (its capacity, which [`KvCache::reserve`] and
+    /// [`KvCache::fork`] set), for memory accounting.
     pub fn bytes(&self) -> usize {
-        2 * self.k.len() * self.len * self.head_dim * KV_VALUE_BYTES
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|b| b.capacity() * KV_VALUE_BYTES)
+            .sum()
+    }
+
+    /// Makes room for `positions` positions in all, so that the appends up to there
+    /// never reallocate. A cache left to grow on its own doubles: its memory can reach
+    /// twice what it holds (twice what a scheduler reserved for it), and each doubling
+    /// copies it.
+    pub fn reserve(&mut self, positions: usize) {
+        let more = positions.saturating_sub(self.len) * self.head_dim;
+        for buf in self.k.iter_mut().chain(&mut self.v) {
+            buf.reserve_exact(more);
+        }
+    }
+
+    /// A copy with room for `positions` positions (at least the ones it holds),
+    /// allocated once: how a choice branches from its prompt's cache. A plain clone
+    /// holds exactly its length, so the branch's first token would double it.
+    pub fn fork(&self, positions: usize) -> KvCache {
+        let room = positions.max(self.len) * self.head_dim;
+        let copy = |bufs: &[Vec<f16>]| {
+            bufs.iter()
+                .map(|b| {
+                    let mut c = Vec::with_capacity(room);
+                    c.extend_from_slice(b);
+                    c
+                })
+                .collect()
+        };
+        KvCache {
+            k: copy(&self.k),
+            v: copy(&self.v),
+            len: self.len,
+            head_dim: self.head_dim,
+            n_kv_heads: self.n_kv_heads,
+        }
     }
 
     /// Appends layer `layer`'s keys and values of new positions (each position's

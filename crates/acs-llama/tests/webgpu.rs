@@ -428,7 +428,7 @@ fn profile_times_every_dispatch() {
     step_gpu(&gpu, &mut caches, &[req(&a, &[]), req(&b, &steer)]);
     let mut copies: Vec<GpuCache> = caches
         .iter()
-        .map(|c| gpu.fork_cache(c).expect("fork"))
+        .map(|c| gpu.fork_cache(c, c.len() + 1).expect("fork"))
         .collect();
     let decode = [req(&[3], &[]), req(&[4], &steer)];
     let plain = step_gpu(&gpu, &mut copies, &decode);
@@ -477,6 +477,53 @@ fn profile_times_every_dispatch() {
             .iter()
             .all(|k| k.seconds > 0.0 && k.seconds <= profile.span),
         "every dispatch has its own time, within the step's: {profile:?}"
+    );
+}
+
+/// A cache that reserved room takes it at its first step and keeps it while its
+/// sequence stays within it; a fork takes its own room at once (copying each layer's
+/// positions into the larger buffers) and continues exactly as the original does.
+#[test]
+fn reserved_caches_take_their_room_once() {
+    let (cpu, gpu) = load(&TestModelSpec::tiny());
+    let per_position = cpu.config.kv_bytes_per_token() as u64;
+    // Capacities are whole steps of a few dozen positions (for the binding offsets'
+    // alignment), so a cache of `room` positions takes less than `room + 64`.
+    let within = |bytes: u64, room: u64| {
+        assert!(
+            bytes >= room * per_position && bytes < (room + 64) * per_position,
+            "{bytes} bytes for a room of {room} positions"
+        );
+    };
+    fn req(tokens: &[u32]) -> Req<'_> {
+        Req {
+            tokens,
+            steering: &[],
+            capture: &[],
+            logits: Logits::Last,
+        }
+    }
+    let mut original = vec![gpu.new_cache()];
+    original[0].reserve(100);
+    step_gpu(&gpu, &mut original, &[req(&prompt(5, 1))]);
+    let at_first_step = original[0].bytes();
+    within(at_first_step, 100);
+
+    let mut branch = vec![gpu.fork_cache(&original[0], 200).expect("fork")];
+    within(branch[0].bytes(), 200);
+    for t in 0..95u32 {
+        let a = step_gpu(&gpu, &mut original, &[req(&[t % 50])]);
+        let b = step_gpu(&gpu, &mut branch, &[req(&[t % 50])]);
+        assert_eq!(
+            a[0].logits, b[0].logits,
+            "step {t}: the branch continues as the original"
+        );
+    }
+    assert_eq!(original[0].len(), 100);
+    assert_eq!(
+        original[0].bytes(),
+        at_first_step,
+        "no growth within the room"
     );
 }
 

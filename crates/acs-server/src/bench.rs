@@ -307,7 +307,10 @@ fn webgpu_bench(
     // do), decoding `steps` tokens; then `profiled` steps more, each timed kernel by
     // kernel.
     let decode = |n: usize, profiled: usize| -> Result<(f64, Vec<StepProfile>), CliError> {
+        // Room for the prompt and every step, as the engine reserves it.
+        let room = ids.len() + steps + profiled;
         let mut first = gpu.new_cache();
+        first.reserve(room);
         let out = gpu
             .forward(&mut inputs(
                 std::slice::from_mut(&mut first),
@@ -316,7 +319,7 @@ fn webgpu_bench(
             .map_err(fail)?;
         let mut caches = vec![first];
         for _ in 1..n {
-            caches.push(gpu.fork_cache(&caches[0]).map_err(fail)?);
+            caches.push(gpu.fork_cache(&caches[0], room).map_err(fail)?);
         }
         let mut feed = vec![vec![argmax(&out[0].logits)]; n];
         let t = Instant::now();

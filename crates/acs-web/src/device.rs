@@ -106,18 +106,29 @@ impl Backend for Device {
     type Cache = DeviceCache;
     type Error = DeviceError;
 
-    fn new_cache(&self) -> DeviceCache {
+    fn new_cache(&self, positions: usize) -> DeviceCache {
         match &self.kind {
-            Kind::Cpu(m) => DeviceCache::Cpu(m.new_cache()),
-            Kind::Gpu(g) => DeviceCache::Gpu(g.new_cache()),
+            Kind::Cpu(m) => DeviceCache::Cpu(Backend::new_cache(&**m, positions)),
+            Kind::Gpu(g) => DeviceCache::Gpu(Backend::new_cache(&**g, positions)),
         }
     }
 
-    fn fork(&self, cache: &DeviceCache) -> Result<DeviceCache, DeviceError> {
+    fn fork(&self, cache: &DeviceCache, positions: usize) -> Result<DeviceCache, DeviceError> {
         match (&self.kind, cache) {
-            (Kind::Cpu(_), DeviceCache::Cpu(c)) => Ok(DeviceCache::Cpu(c.clone())),
-            (Kind::Gpu(g), DeviceCache::Gpu(c)) => Ok(DeviceCache::Gpu(g.fork_cache(c)?)),
+            (Kind::Cpu(m), DeviceCache::Cpu(c)) => {
+                Ok(DeviceCache::Cpu(Backend::fork(&**m, c, positions)?))
+            }
+            (Kind::Gpu(g), DeviceCache::Gpu(c)) => {
+                Ok(DeviceCache::Gpu(g.fork_cache(c, positions)?))
+            }
             _ => Err(DeviceError::Mixed),
+        }
+    }
+
+    fn cache_bytes(&self, cache: &DeviceCache) -> usize {
+        match cache {
+            DeviceCache::Cpu(c) => c.bytes(),
+            DeviceCache::Gpu(c) => c.bytes() as usize,
         }
     }
 

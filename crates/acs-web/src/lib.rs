@@ -223,7 +223,8 @@ impl Acs {
         self.rt.backend().to_owned()
     }
 
-    /// Work counters: steps, prefills, prefill and decode tokens, largest batch.
+    /// Work counters: steps, prefills, prefill and decode tokens, largest batch, most
+    /// KV cache bytes held at once.
     pub fn stats(&self) -> JsValue {
         let s = self.rt.stats();
         to_js(&serde_json::json!({
@@ -232,6 +233,7 @@ impl Acs {
             "prefill_tokens": s.prefill_tokens,
             "decode_tokens": s.decode_tokens,
             "max_batch": s.max_batch,
+            "kv_bytes_peak": s.kv_bytes_peak,
         }))
     }
 

@@ -356,6 +356,9 @@ pub struct GpuCache {
     kv: Option<(wgpu::Buffer, wgpu::Buffer)>,
     len: usize,
     cap: usize,
+    /// Positions to allocate at once when the cache first needs more than `cap` (see
+    /// [`GpuCache::reserve`]).
+    room: usize,
     layer_bytes: u64,
     /// The bind groups of the last step's kernels that bound this cache, kept with
     /// it (see [`Arena::groups`]) so that they end with the sequence: kept in the
@@ -373,6 +376,14 @@ impl GpuCache {
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Makes the cache take room for `positions` positions in all when it next needs
+    /// more than it holds (at the next step), rather than doubling as it grows: a
+    /// doubled cache can take twice the device memory its sequence ever uses, and each
+    /// doubling copies it.
+    pub fn reserve(&mut self, positions: usize) {
+        self.room = self.room.max(positions);
     }
 
     /// Device bytes this cache holds (its capacity), for memory accounting.
@@ -1037,31 +1048,65 @@ impl GpuModel {
         GpuCache::default()
     }
 
-    /// A copy of `cache`, made on the device (no readback): how the n choices of a
-    /// prompt branch from its prefill.
-    pub fn fork_cache(&self, cache: &GpuCache) -> Result<GpuCache, GpuError> {
+    /// A copy of `cache` with room for `positions` positions (at least the ones it
+    /// holds), made on the device (no readback): how the n choices of a prompt branch
+    /// from its prefill. The copy is allocated at its final size once, so a branch
+    /// does not double at its first token.
+    pub fn fork_cache(&self, cache: &GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
         self.check_lost()?;
+        let room = positions.max(cache.len);
         let Some((k, v)) = &cache.kv else {
-            return Ok(GpuCache::default());
+            return Ok(GpuCache {
+                room,
+                ..GpuCache::default()
+            });
         };
-        let like = |src: &wgpu::Buffer, label| {
+        let c = &self.config;
+        // The copy's own room where it is more than the original holds (and fits the
+        // device); else the original's capacity, copied whole.
+        let want = room.next_multiple_of(CACHE_STEP).min(self.context_cap());
+        let cap = if want > cache.cap && self.fits(want).is_ok() {
+            want
+        } else {
+            cache.cap
+        };
+        let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
+        let make = |label| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
-                size: src.size(),
+                size: layer_bytes * c.n_layers as u64,
                 usage: STORAGE,
                 mapped_at_creation: false,
             })
         };
-        let (nk, nv) = (like(k, "kv cache k"), like(v, "kv cache v"));
+        let (nk, nv) = (make("kv cache k"), make("kv cache v"));
         let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(k, 0, &nk, 0, k.size());
-        enc.copy_buffer_to_buffer(v, 0, &nv, 0, v.size());
+        if cap == cache.cap {
+            enc.copy_buffer_to_buffer(k, 0, &nk, 0, k.size());
+            enc.copy_buffer_to_buffer(v, 0, &nv, 0, v.size());
+        } else {
+            // Layers lie `layer_bytes` apart, so a larger copy takes each layer's
+            // positions on their own.
+            let used = (cache.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
+            for l in 0..c.n_layers as u64 {
+                for (old, new) in [(k, &nk), (v, &nv)] {
+                    enc.copy_buffer_to_buffer(
+                        old,
+                        l * cache.layer_bytes,
+                        new,
+                        l * layer_bytes,
+                        used,
+                    );
+                }
+            }
+        }
         self.queue.submit([enc.finish()]);
         Ok(GpuCache {
             kv: Some((nk, nv)),
             len: cache.len,
-            cap: cache.cap,
-            layer_bytes: cache.layer_bytes,
+            cap,
+            room,
+            layer_bytes,
             groups: HashMap::new(),
         })
     }
@@ -1393,18 +1438,36 @@ impl GpuModel {
         }
     }
 
-    /// The capacity `cache` must grow to for `need` positions (`None`: it has room),
-    /// checked against the device's limits.
+    /// Positions a cache can hold at most: the context, in whole [`CACHE_STEP`]s.
+    fn context_cap(&self) -> usize {
+        self.config.context.next_multiple_of(CACHE_STEP)
+    }
+
+    /// The capacity `cache` must grow to for `need` positions (`None`: it has room):
+    /// the room it reserved, where that covers `need` and the device can hold it;
+    /// else twice what it holds. Checked against the device's limits.
     fn grown_capacity(&self, cache: &GpuCache, need: usize) -> Result<Option<usize>, GpuError> {
         if need <= cache.cap {
             return Ok(None);
         }
-        let c = &self.config;
-        let ctx = c.context.next_multiple_of(CACHE_STEP);
+        let ctx = self.context_cap();
+        if cache.room >= need {
+            let cap = cache.room.next_multiple_of(CACHE_STEP).min(ctx);
+            if self.fits(cap).is_ok() {
+                return Ok(Some(cap));
+            }
+        }
         let cap = need
             .max(2 * cache.cap)
             .next_multiple_of(CACHE_STEP)
             .min(ctx);
+        self.fits(cap)?;
+        Ok(Some(cap))
+    }
+
+    /// Whether the device can hold a cache of `cap` positions.
+    fn fits(&self, cap: usize) -> Result<(), GpuError> {
+        let c = &self.config;
         let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
         let total = layer_bytes * c.n_layers as u64;
         let limit = self.limits.max_storage_buffer_binding_size;
@@ -1415,7 +1478,7 @@ impl GpuModel {
                 limit: self.limits.max_buffer_size.min(limit * c.n_layers as u64),
             });
         }
-        Ok(Some(cap))
+        Ok(())
     }
 
     /// Gives `cache` room for `cap` positions, copying what it holds into the larger

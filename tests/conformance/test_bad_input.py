@@ -4,11 +4,13 @@
 import base64
 import json
 import math
+import socket
 import struct
+from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import MAX_BODY_BYTES, MODEL, check_error_shape
+from conftest import BASE_URL, MAX_BODY_BYTES, MODEL, check_error_shape
 
 M = MODEL
 D = 576  # replaced by the model's d_model in the tests that need it (see _fix)
@@ -195,11 +197,18 @@ CASES = [
      "steering[0].scale"),
     ("steering-scale-huge", body(steering=[{"layer": 0, "vector": [0.0] * D, "scale": 1e30}]), 400, V,
      "steering[0].scale"),
+    ("steering-vector-value-huge", body(steering=[{"layer": 0, "vector": [2e6] + [0.0] * (D - 1)}]),
+     400, V, "steering[0].vector"),
+    ("steering-scale-times-vector-huge", body(steering=[{"layer": 0, "vector": [3e5] * D, "scale": 1000}]),
+     400, V, "steering[0].scale"),
     ("steering-unknown-field", body(steering=[{"layer": 0, "vector": [0.0] * D, "colour": "red"}]), 400,
      "unknown_parameter", "steering[0].colour"),
     ("steering-second-entry-bad", body(steering=[{"layer": 0, "vector": [0.0] * D},
                                                  {"layer": 0, "vector": [0.0] * 3}]), 400, V,
      "steering[1].vector"),
+    # (A job refuses `stream` itself first.)
+    ("activations-with-stream", body(stream=True, activations={"layers": [0]}), 400, V,
+     {"activations", "stream"}),
     ("steering-too-many", body(steering=[{"layer": 0, "positive": "a", "negative": "b"}] * 17), 400, V,
      "steering"),
 ]
@@ -220,6 +229,7 @@ JOB_CASES = [
     ("jobs-activations-layer-negative", body(activations={"layers": [-1]}), 400, {T, V}, "activations.layers"),
     ("jobs-activations-bad-positions", body(activations={"layers": [0], "positions": "first"}), 400, V,
      "activations.positions"),
+    ("jobs-activations-layer-twice", body(activations={"layers": [0, 1, 0]}), 400, V, "activations.layers"),
     ("jobs-activations-unknown-field", body(activations={"layers": [0], "dtype": "f16"}), 400,
      "unknown_parameter", "activations.dtype"),
     ("jobs-steering-bad", body(steering=[{"layer": 99, "vector": [0.0] * D}]), 400, V, "steering[0].layer"),
@@ -324,6 +334,29 @@ def test_body_over_the_limit_is_413(api):
     _alive(api)
 
 
+def test_body_cut_off_before_its_length_is_400(api):
+    # A client that sends part of its body and stops: a malformed request (400), not
+    # one over the size limit (413).
+    url = urlsplit(BASE_URL)
+    part = b'{"model":"' + MODEL.encode() + b'"'
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {api.key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(part) + 100}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((url.hostname, url.port or 80), timeout=30) as sock:
+        sock.sendall(head + part)
+        sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line.split()[1] == b"400", reply[:400]
+    body = rest.partition(b"\r\n\r\n")[2]
+    assert b'"code":"invalid_json"' in body, reply[:400]
+    _alive(api)
+
+
 def test_body_just_under_the_limit_is_parsed(api):
     # Under the limit: parsed, and refused for its size in tokens, not in bytes.
     n = MAX_BODY_BYTES - 200
@@ -419,6 +452,13 @@ def test_missing_or_wrong_key_is_401(api, auth, method, path):
     r = api.request(method, path, key=None, headers=headers, **kw)
     _check(r, 401, "invalid_api_key", None)
     assert r.json()["error"]["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER"])
+def test_the_bearer_scheme_is_case_insensitive(api, scheme):
+    # RFC 9110: an authentication scheme's name is case-insensitive.
+    r = api.request("GET", "/v1/budget", key=None, headers={"Authorization": f"{scheme} {api.key}"})
+    assert r.status_code == 200, r.text
 
 
 def test_still_serving_after_bad_input(api):

@@ -146,23 +146,28 @@ def test_echo_puts_prompt_in_front(api):
 
 
 def test_logprobs_shape(api):
-    c = api.ok_complete(prompt="The sky is", max_tokens=3, logprobs=2, logit_bias=EOS_BAN)
+    c = api.ok_complete(prompt="The sky is", max_tokens=3, logprobs=2, logit_bias=EOS_BAN, seed=1)
     lp = c["choices"][0]["logprobs"]
     assert isinstance(lp, dict)
     assert set(lp) >= {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 3
     assert "".join(lp["tokens"]) == c["choices"][0]["text"]
+    # Offsets count characters of the text before each token.
+    assert lp["text_offset"] == [len("".join(lp["tokens"][:i])) for i in range(3)]
     for x in lp["token_logprobs"]:
         assert isinstance(x, (int, float)) and x <= 0
-    for top in lp["top_logprobs"]:
-        assert isinstance(top, dict) and 1 <= len(top) <= 2
+    # The likeliest `logprobs` tokens, and the chosen one always (OpenAI's "up to
+    # logprobs + 1").
+    for token, x, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert isinstance(top, dict) and 1 <= len(top) <= 3
+        assert top.get(token) == x, (token, x, top)
 
 
 def test_logprobs_zero_and_five(api):
     api.ok_complete(prompt="The sky is", max_tokens=1, logprobs=0)
     c = api.ok_complete(prompt="The sky is", max_tokens=1, logprobs=5)
     top = c["choices"][0]["logprobs"]["top_logprobs"][0]
-    assert 1 <= len(top) <= 5
+    assert 1 <= len(top) <= 6
 
 
 def test_served_id_and_alias(http, api, model_info):

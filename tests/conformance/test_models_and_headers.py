@@ -52,7 +52,17 @@ def test_job_responses_carry_traffic_headers(fresh):
     assert r.headers["x-ratelimit-limit-requests"] == "5"
     assert r.headers["x-ratelimit-remaining-requests"].isdigit()
     assert r.headers["x-budget-remaining-tokens"].isdigit()
-    a.wait_job(r.json()["id"])
+    job_id = r.json()["id"]
+    a.wait_job(job_id)
+    # Every answer to the key: its job, the list, the result, a cancel.
+    for method, path in (("GET", f"/v1/completion-jobs/{job_id}"), ("GET", "/v1/completion-jobs"),
+                         ("GET", f"/v1/completion-jobs/{job_id}/result"),
+                         ("POST", f"/v1/completion-jobs/{job_id}/cancel")):
+        r = a.request(method, path)
+        assert r.status_code == 200, r.text
+        assert r.headers.get("x-ratelimit-limit-requests") == "5", (path, dict(r.headers))
+        assert r.headers.get("x-ratelimit-remaining-requests", "").isdigit(), (path, dict(r.headers))
+        assert r.headers.get("x-budget-remaining-tokens", "").isdigit(), (path, dict(r.headers))
 
 
 def test_refusals_carry_traffic_headers(fresh):

@@ -198,10 +198,11 @@ impl Inner {
                     }
                 }
                 let t = now();
+                let key_id = key.id.clone();
                 let page = self
                     .db
                     .tx(move |s| jobs::list(s, &key.id, limit.as_deref(), after.as_deref(), t))?;
-                Ok(json(200, &page))
+                Ok(self.with_budget(&key_id, json(200, &page)))
             }
             (Method::Get, ["v1", "completion-jobs", id]) => {
                 let id = jobs::parse_id(id)?;
@@ -211,10 +212,11 @@ impl Inner {
             (Method::Get, ["v1", "completion-jobs", id, "result"]) => {
                 let id = jobs::parse_id(id)?;
                 let t = now();
+                let key_id = key.id.clone();
                 let completion = self.db.tx(move |s| jobs::result(s, &key.id, id, t))?;
                 let resp = json(200, &completion);
                 set(resp.headers(), "x-request-id", &id.request_id());
-                Ok(resp)
+                Ok(self.with_budget(&key_id, resp))
             }
             (Method::Post, ["v1", "completion-jobs", id, "cancel"]) => {
                 let id = jobs::parse_id(id)?;
@@ -308,7 +310,13 @@ impl Inner {
     fn job_response(&self, status: u16, job: &Job) -> Response {
         let resp = json(status, &job.view(now()));
         set(resp.headers(), "x-request-id", &job.id.request_id());
-        let key_id = job.key_id.clone();
+        self.with_budget(&job.key_id, resp)
+    }
+
+    /// `resp` with the traffic headers of key `key_id`, which every answer to a key
+    /// carries.
+    fn with_budget(&self, key_id: &str, resp: Response) -> Response {
+        let key_id = key_id.to_owned();
         if let Ok(v) = self.db.tx(move |s| ledger::view(s, &key_id)) {
             budget_headers(resp.headers(), &v);
         }

@@ -22,10 +22,7 @@ pub fn bearer(req: &Request) -> Result<String, ApiError> {
         .ok_or_else(|| {
             unauthorized("Missing Authorization header: send Authorization: Bearer <key>.")
         })?;
-    value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    acs_core::ids::bearer_secret(&value)
         .map(str::to_owned)
         .ok_or_else(|| unauthorized("The Authorization header must be Bearer <key>."))
 }

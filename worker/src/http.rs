@@ -103,12 +103,13 @@ pub fn preflight(req: &Request) -> Response {
     resp
 }
 
-/// Reads a request body up to `limit` bytes; 413 past it.
+/// Reads a request body up to `limit` bytes: 413 past it, 400 when it cannot be read
+/// whole.
 pub async fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     let too_large = || {
         ApiError::new(
             ErrorCode::RequestTooLarge,
-            format!("The request body is over the limit of {limit} bytes, or was cut off."),
+            format!("The request body is over the limit of {limit} bytes."),
         )
     };
     if let Ok(Some(len)) = req.headers().get("content-length")
@@ -116,7 +117,12 @@ pub async fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiEr
     {
         return Err(too_large());
     }
-    let bytes = req.bytes().await.map_err(|_| too_large())?;
+    let bytes = req.bytes().await.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("The request body could not be read whole ({e}); send it again."),
+        )
+    })?;
     if bytes.len() > limit {
         return Err(too_large());
     }

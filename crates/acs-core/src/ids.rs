@@ -91,6 +91,14 @@ impl KeyHash {
     }
 }
 
+/// The secret of an `Authorization: Bearer <secret>` header value, if it has that
+/// shape. The scheme's name is case-insensitive (RFC 9110), so `bearer` works too.
+pub fn bearer_secret(value: &str) -> Option<&str> {
+    let (scheme, secret) = value.trim_start().split_once(' ')?;
+    let secret = secret.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
+}
+
 /// A fresh API key, `acs-<48 hex>`, from 24 random bytes. Shown once, then only its hash is kept.
 pub fn new_api_key(random: [u8; 24]) -> String {
     format!("acs-{}", hex::encode(random))
@@ -104,6 +112,17 @@ pub fn body_digest(canonical_json: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bearer_secrets_take_any_case_of_the_scheme() {
+        assert_eq!(bearer_secret("Bearer acs-1"), Some("acs-1"));
+        assert_eq!(bearer_secret("bearer  acs-1 "), Some("acs-1"));
+        assert_eq!(bearer_secret("BEARER acs-1"), Some("acs-1"));
+        assert_eq!(bearer_secret("Basic YWxhZGRpbg=="), None);
+        assert_eq!(bearer_secret("Bearer "), None);
+        assert_eq!(bearer_secret("Bearer"), None);
+        assert_eq!(bearer_secret("Bearerx acs-1"), None);
+    }
 
     #[test]
     fn job_ids_are_v7_and_render_like_the_tutorial() {

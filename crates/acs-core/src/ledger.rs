@@ -8,6 +8,7 @@
 use crate::clock::Timestamp;
 use crate::error::{ApiError, ErrorCode};
 use crate::response::BudgetView;
+use crate::sql::MAX_SAFE_INTEGER;
 use crate::store::{Budget, Hold, Store};
 
 /// Seconds a refused request should wait before it tries again.
@@ -123,12 +124,17 @@ pub fn view<S: Store>(store: &S, key_id: &str) -> Result<BudgetView, ApiError> {
     })
 }
 
-/// Adds `tokens` to a key's Budget (saturating), keeping its limits.
+/// Adds `tokens` to a key's Budget, keeping its limits. A Budget stops at
+/// [`MAX_SAFE_INTEGER`], the most that is stored and that JSON clients read exactly, so
+/// the Budget returned is the one stored.
 pub fn top_up<S: Store>(store: &mut S, key_id: &str, tokens: u64) -> Result<Budget, ApiError> {
     let mut budget = store
         .budget(key_id)?
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("No key with id {key_id}.")))?;
-    budget.tokens_left = budget.tokens_left.saturating_add(tokens);
+    budget.tokens_left = budget
+        .tokens_left
+        .saturating_add(tokens)
+        .min(MAX_SAFE_INTEGER);
     store.put_budget(key_id, &budget)?;
     Ok(budget)
 }
@@ -149,6 +155,22 @@ mod tests {
         )
         .unwrap();
         s
+    }
+
+    #[test]
+    fn top_ups_stop_at_the_largest_stored_count() {
+        let mut s = store_with(10, 4);
+        assert_eq!(top_up(&mut s, "k", 5).unwrap().tokens_left, 15);
+        let b = top_up(&mut s, "k", u64::MAX).unwrap();
+        assert_eq!(b.tokens_left, MAX_SAFE_INTEGER);
+        assert_eq!(
+            s.budget("k").unwrap().unwrap().tokens_left,
+            MAX_SAFE_INTEGER
+        );
+        assert_eq!(
+            top_up(&mut s, "k", 1).unwrap().tokens_left,
+            MAX_SAFE_INTEGER
+        );
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub const MAX_LOGPROBS: u8 = 5;
 pub const MAX_STEERING: usize = 16;
 /// Largest |scale| of a steering entry; past it the residual stream is noise.
 pub const MAX_STEERING_SCALE: f32 = 1000.0;
+/// Largest |value| of a steering vector, before and after its scale: far past any
+/// residual stream (whose values run to the hundreds), and small enough that the
+/// forward pass's sums of squares stay finite in f32 (16 entries of 65,536 such
+/// values, squared and summed, come to about 1.7e19). A finite vector times a finite
+/// scale could otherwise overflow to infinity and turn the logits into NaN.
+pub const MAX_STEERING_VALUE: f32 = 1e6;
 /// Most layers one activations read-out may name.
 pub const MAX_ACTIVATION_LAYERS: usize = 64;
 /// Longest steering vector accepted before the model is known.
@@ -269,6 +275,12 @@ impl CompletionRequest {
         }
         let steering = parse_steering(obj.get("steering"))?;
         let activations = parse_activations(obj.get("activations"))?;
+        if stream && activations.is_some() {
+            return Err(ApiError::invalid_value(
+                "activations",
+                "Activations come with the whole Completion, not in a stream: send stream: false.",
+            ));
+        }
 
         Ok(CompletionRequest {
             model,
@@ -859,10 +871,12 @@ fn check_vector(param: &str, v: Vec<f32>) -> Result<Vec<f32>, ApiError> {
             ),
         ));
     }
-    if v.iter().any(|x| !x.is_finite()) {
+    if v.iter()
+        .any(|x| !x.is_finite() || x.abs() > MAX_STEERING_VALUE)
+    {
         return Err(ApiError::invalid_value(
             param,
-            "Vector values must be finite.",
+            format!("Vector values must be finite numbers within ±{MAX_STEERING_VALUE:e}."),
         ));
     }
     Ok(v)
@@ -939,6 +953,16 @@ fn parse_activations(v: Option<&Value>) -> Result<Option<ActivationsRequest>, Ap
                 .ok_or_else(|| wrong_type("activations.layers", "an array of layer numbers"))
         })
         .collect::<Result<Vec<u32>, _>>()?;
+    if let Some(l) = layers
+        .iter()
+        .enumerate()
+        .find_map(|(i, l)| layers[..i].contains(l).then_some(l))
+    {
+        return Err(ApiError::invalid_value(
+            "activations.layers",
+            format!("Name each layer once; {l} is there twice."),
+        ));
+    }
     let positions = match obj.get("positions") {
         None | Some(Value::Null) => Positions::Last,
         Some(Value::String(s)) if s == "last" => Positions::Last,

@@ -1,7 +1,7 @@
 //! From a contract request to the engine's unit of work: prompts as token ids, each
 //! choice's sampling, steering vectors resolved, activation read-outs named.
 
-use acs_core::request::{Positions, PromptItem, SteeringSource};
+use acs_core::request::{MAX_STEERING_VALUE, Positions, PromptItem, SteeringSource};
 use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo};
 use acs_llama::model::{LayerAdd, Logits, Model, SeqInput};
 use acs_llama::sample::SamplingParams;
@@ -125,6 +125,7 @@ pub async fn prepare_on<B: Backend>(
     let mut steering = Vec::with_capacity(req.steering.len());
     for (i, s) in req.steering.iter().enumerate() {
         let scaled = |v: &[f32]| v.iter().map(|x| x * s.scale).collect();
+        let from = steering.len();
         match (&s.source, s.layer) {
             (SteeringSource::Vector(v), Some(layer)) => steering.push(LayerAdd {
                 layer: layer as usize,
@@ -163,6 +164,19 @@ pub async fn prepare_on<B: Backend>(
                     "This steering entry needs a layer.",
                 ));
             }
+        }
+        let out_of_range = |x: &f32| !x.is_finite() || x.abs() > MAX_STEERING_VALUE;
+        if steering[from..]
+            .iter()
+            .any(|a| a.vector.iter().any(out_of_range))
+        {
+            return Err(ApiError::invalid_value(
+                format!("steering[{i}].scale"),
+                format!(
+                    "scale × vector must stay finite and within ±{MAX_STEERING_VALUE:e}; \
+                     this scale takes it past that."
+                ),
+            ));
         }
     }
     let capture = match &req.activations {

@@ -9,6 +9,7 @@
 //! request's sink; the last event carries the choices, usage and activations.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -460,10 +461,37 @@ impl<B: Backend> Scheduler<B> {
         pollster::block_on(self.step());
     }
 
+    /// Prompt tokens each prompt prefills this step, by (request, prompt): the step's
+    /// budget goes to the prompts with the fewest tokens left first, so that a short
+    /// prompt starts at once instead of waiting behind long ones (which take the rest
+    /// of the budget, and all of it when no short prompt waits).
+    fn prefill_plan(&self) -> BTreeMap<(usize, usize), usize> {
+        let mut left: Vec<(usize, usize, usize)> = Vec::new();
+        for (ri, a) in self.running.iter().enumerate() {
+            for (pi, pr) in a.prompts.iter().enumerate() {
+                if pr.cache.is_some() {
+                    left.push((a.generation.prompts[pi].len() - pr.done, ri, pi));
+                }
+            }
+        }
+        left.sort_unstable();
+        let mut budget = self.config.prefill_chunk;
+        let mut plan = BTreeMap::new();
+        for (n, ri, pi) in left {
+            let take = n.min(budget);
+            if take == 0 {
+                break;
+            }
+            budget -= take;
+            plan.insert((ri, pi), take);
+        }
+        plan
+    }
+
     async fn forward(&mut self) -> Result<(Vec<Slot>, Vec<acs_llama::model::SeqOutput>), B::Error> {
         let mut slots = Vec::new();
         let mut batch: Vec<SeqInput<'_, B::Cache>> = Vec::new();
-        let mut budget = self.config.prefill_chunk;
+        let plan = self.prefill_plan();
         for (ri, a) in self.running.iter_mut().enumerate() {
             let Active {
                 generation,
@@ -482,11 +510,9 @@ impl<B: Backend> Scheduler<B> {
                     continue;
                 };
                 let ids = &generation.prompts[pi];
-                if budget == 0 {
-                    break;
-                }
-                let take = (ids.len() - pr.done).min(budget);
-                budget -= take;
+                let Some(&take) = plan.get(&(ri, pi)) else {
+                    continue;
+                };
                 let last = pr.done + take == ids.len();
                 slots.push(Slot::Prompt {
                     request: ri,
@@ -622,17 +648,23 @@ impl<B: Backend> Scheduler<B> {
             if g.echo {
                 delta.push_str(&g.prompt_texts[prompt]);
                 if let (Some(lp), Some(dlp)) = (logprobs.as_mut(), delta_logprobs.as_mut()) {
+                    // Offsets count the characters of the text the tokens decode to
+                    // (a piece of a character adds none until it is whole).
+                    let mut decoder = StreamDecoder::new();
                     let mut offset = 0u32;
                     for (token, logprob, top) in &pr.echo {
                         let t = token_text(&model, *token);
-                        let tops = top_map(&model, top);
+                        let mut tops = top_map(&model, top);
+                        if let Some(l) = logprob {
+                            tops.entry(t.clone()).or_insert(*l);
+                        }
                         for target in [&mut *lp, &mut *dlp] {
                             target.tokens.push(t.clone());
                             target.token_logprobs.push(*logprob);
                             target.top_logprobs.push(logprob.map(|_| tops.clone()));
                             target.text_offset.push(offset);
                         }
-                        offset += t.chars().count() as u32;
+                        offset += decoder.push(&model.tokenizer, *token).chars().count() as u32;
                     }
                 }
             }
@@ -722,8 +754,19 @@ fn top_map(model: &Model, top: &[(u32, f32)]) -> BTreeMap<String, f32> {
     map
 }
 
+/// A token as `logprobs` names it: its text, or, where its bytes are not whole UTF-8
+/// (a piece of a character), `bytes:` and the bytes as `\xNN` escapes, as OpenAI's API
+/// writes them, so that two such pieces never share a name among the alternatives.
 fn token_text(model: &Model, id: u32) -> String {
-    String::from_utf8_lossy(model.tokenizer.token_bytes(id)).into_owned()
+    let bytes = model.tokenizer.token_bytes(id);
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => bytes.iter().fold("bytes:".to_owned(), |mut s, b| {
+            // Writing to a String cannot fail.
+            let _ = write!(s, "\\x{b:02x}");
+            s
+        }),
+    }
 }
 
 /// Takes a sampled token into a choice: end of generation, text and stop sequences,
@@ -740,10 +783,15 @@ fn accept<C>(model: &Model, g: &Generation, c: &mut ChoiceRun<C>, s: Sampled) {
         c.finish = Some(FinishReason::Stop);
         return;
     }
-    let offset = c.text.len() as u32;
+    let offset = c.text.chars() as u32;
     if let (Some(lp), Some(dlp)) = (c.logprobs.as_mut(), c.delta_logprobs.as_mut()) {
         let t = token_text(model, s.token);
-        let tops = top_map(model, &s.top);
+        let mut tops = top_map(model, &s.top);
+        // The chosen token's log-probability is always among the alternatives (so
+        // `logprobs` + 1 of them at most), as OpenAI's API gives it.
+        if let Some(l) = s.logprob {
+            tops.entry(t.clone()).or_insert(l);
+        }
         for target in [lp, dlp] {
             target.tokens.push(t.clone());
             target.token_logprobs.push(s.logprob);

@@ -5,6 +5,8 @@
 #[derive(Debug, Default, Clone)]
 pub struct ChoiceText {
     emitted: String,
+    /// Characters of `emitted`, kept as it grows (`held` is short: a stop's length).
+    emitted_chars: usize,
     held: String,
 }
 
@@ -13,18 +15,15 @@ impl ChoiceText {
     pub fn with_prefix(prefix: &str) -> Self {
         ChoiceText {
             emitted: prefix.to_owned(),
+            emitted_chars: prefix.chars().count(),
             held: String::new(),
         }
     }
 
-    /// All text so far, emitted and held.
-    pub fn len(&self) -> usize {
-        self.emitted.len() + self.held.len()
-    }
-
-    /// Whether there is no text at all.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Characters of all text so far, emitted and held: where the next token's text
+    /// begins, as `logprobs.text_offset` counts (in characters, as OpenAI's API does).
+    pub fn chars(&self) -> usize {
+        self.emitted_chars + self.held.chars().count()
     }
 
     /// The text emitted so far.
@@ -46,7 +45,7 @@ impl ChoiceText {
             .min();
         if let Some(at) = found {
             let out = self.held[..at].to_owned();
-            self.emitted.push_str(&out);
+            self.emit(&out);
             self.held.clear();
             return (out, true);
         }
@@ -57,15 +56,20 @@ impl ChoiceText {
             .unwrap_or(0);
         let cut = self.held.len() - keep;
         let out: String = self.held.drain(..cut).collect();
-        self.emitted.push_str(&out);
+        self.emit(&out);
         (out, false)
     }
 
     /// Ends the text: emits what was held back.
     pub fn finish(&mut self) -> String {
         let out = std::mem::take(&mut self.held);
-        self.emitted.push_str(&out);
+        self.emit(&out);
         out
+    }
+
+    fn emit(&mut self, out: &str) {
+        self.emitted.push_str(out);
+        self.emitted_chars += out.chars().count();
     }
 }
 
@@ -104,6 +108,18 @@ mod tests {
             outs.push(t.finish());
         }
         (outs, stopped, t.emitted().to_owned())
+    }
+
+    #[test]
+    fn counts_characters_not_bytes() {
+        let stops = vec!["éx".to_string()];
+        let mut t = ChoiceText::with_prefix("🌮");
+        assert_eq!(t.chars(), 1);
+        // "é" may start the stop: held back, and still counted.
+        let (out, _) = t.push("añé", &stops);
+        assert_eq!((out.as_str(), t.chars()), ("añ", 4));
+        t.finish();
+        assert_eq!((t.emitted(), t.chars()), ("🌮añé", 4));
     }
 
     #[test]

@@ -247,6 +247,37 @@ fn logprobs_report_tokens_and_alternatives() {
     }
 }
 
+/// Sampled tokens that are not among the likeliest still have their own
+/// log-probability among the alternatives: `logprobs` + 1 of them at most.
+#[test]
+fn top_logprobs_always_hold_the_chosen_token() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let log = submit(
+        &mut s,
+        json!({"model":"m","prompt":"lp","max_tokens":24,"logprobs":1,"temperature":2,"seed":5}),
+    );
+    run_to_end(&mut s);
+    let f = done(&log);
+    let lp = f.choices[0].logprobs.as_ref().unwrap();
+    let mut beyond_the_best = 0;
+    for ((t, l), top) in lp
+        .tokens
+        .iter()
+        .zip(&lp.token_logprobs)
+        .zip(&lp.top_logprobs)
+    {
+        let top = top.as_ref().unwrap();
+        assert_eq!(top.get(t), l.as_ref(), "{t:?} among {top:?}");
+        assert!(top.len() <= 2);
+        beyond_the_best += usize::from(top.len() == 2);
+    }
+    assert!(
+        beyond_the_best > 0,
+        "at temperature 2 some draws are not the likeliest"
+    );
+}
+
 #[test]
 fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
     let m = model();
@@ -337,6 +368,40 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
     let e = s.submit(g, Box::new(|_| true)).unwrap_err();
     assert_eq!((e.status(), e.param.as_deref()), (400, Some("max_tokens")));
     assert!(per_token > 0);
+}
+
+/// A short prompt is prefilled at once beside a long one that is still prefilling in
+/// chunks: it ends long before the long prompt has even been read.
+#[test]
+fn a_short_prompt_does_not_wait_behind_a_long_prefill() {
+    let m = model();
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 1024,
+            prefill_chunk: 16,
+        },
+    );
+    let long: Vec<u32> = (1..=160).collect();
+    let a = submit(
+        &mut s,
+        json!({"model":"m","prompt":long,"max_tokens":2,"temperature":0}),
+    );
+    let b = submit(
+        &mut s,
+        json!({"model":"m","prompt":[5],"max_tokens":2,"temperature":0}),
+    );
+    let is_done = |log: &Log| matches!(log.lock().unwrap().last(), Some(Event::Done(_)));
+    let mut steps = 0;
+    while !is_done(&b) {
+        s.step_blocking();
+        steps += 1;
+        assert!(steps < 100, "the short request never ended");
+    }
+    assert_eq!(steps, 2, "one step to prefill and sample, one to decode");
+    assert!(!is_done(&a), "the long prompt still prefills");
+    run_to_end(&mut s);
+    assert_eq!(done(&a).choices.len(), 1);
 }
 
 /// The caches of running sequences take no more memory than the scheduler reserved

@@ -176,10 +176,7 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, Api
     let text = value
         .to_str()
         .map_err(|_| unauthorized("The Authorization header is not text."))?;
-    let secret = text
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    let secret = acs_core::ids::bearer_secret(text)
         .ok_or_else(|| unauthorized("The Authorization header must be Bearer <key>."))?;
     let hash = KeyHash::of(secret);
     let key = state
@@ -200,19 +197,26 @@ pub fn job_id(path: Result<Path<String>, PathRejection>) -> Result<JobId, ApiErr
     }
 }
 
-/// Reads a request body up to the size limit; 413 past it.
+/// Reads a request body up to the size limit: 413 past it, 400 when it ends before
+/// its `Content-Length` (the client sent part of it and stopped).
 pub async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, state.config.max_body_bytes)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                ErrorCode::RequestTooLarge,
-                format!(
-                    "The request body is over the limit of {} bytes, or was cut off.",
-                    state.config.max_body_bytes
-                ),
-            )
-        })
+    let limit = state.config.max_body_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = source {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return ApiError::new(
+                    ErrorCode::RequestTooLarge,
+                    format!("The request body is over the limit of {limit} bytes."),
+                );
+            }
+            source = s.source();
+        }
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("The request body could not be read whole ({e}); send it again."),
+        )
+    })
 }
 
 async fn models(State(state): State<AppState>) -> Response {

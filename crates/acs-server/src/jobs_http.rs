@@ -20,7 +20,13 @@ use crate::completions::prepare_request;
 fn job_response(state: &AppState, status: StatusCode, job: &Job) -> Response {
     let mut resp = json_response(status, &job.view(state.now()));
     set_header(resp.headers_mut(), "x-request-id", &job.id.request_id());
-    if let Ok(v) = state.db.tx(|s| ledger::view(s, &job.key_id)) {
+    with_budget(state, &job.key_id, resp)
+}
+
+/// `resp` with the traffic headers of key `key_id`, which every answer to a key
+/// carries.
+fn with_budget(state: &AppState, key_id: &str, mut resp: Response) -> Response {
+    if let Ok(v) = state.db.tx(|s| ledger::view(s, key_id)) {
         budget_headers(resp.headers_mut(), &v);
     }
     resp
@@ -115,7 +121,11 @@ pub async fn list(
     let page = state
         .db
         .tx(|s| jobs::list(s, &key.id, q.limit.as_deref(), q.after.as_deref(), now))?;
-    Ok(json_response(StatusCode::OK, &page))
+    Ok(with_budget(
+        &state,
+        &key.id,
+        json_response(StatusCode::OK, &page),
+    ))
 }
 
 /// `POST /v1/completion-jobs/{id}/cancel`.
@@ -152,5 +162,5 @@ pub async fn result(
     let completion = state.db.tx(|s| jobs::result(s, &key.id, id, now))?;
     let mut resp = json_response(StatusCode::OK, &completion);
     set_header(resp.headers_mut(), "x-request-id", &id.request_id());
-    Ok(resp)
+    Ok(with_budget(&state, &key.id, resp))
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use acs_core::ids::{KeyHash, new_api_key};
+use acs_core::sql::MAX_SAFE_INTEGER;
 use acs_core::{ApiError, ApiKey, Budget, ErrorCode, Store, Timestamp, ledger};
 use clap::Subcommand;
 
@@ -18,8 +19,9 @@ pub enum KeysCommand {
         /// The server's data directory.
         #[arg(long, default_value = "acs-data")]
         data: PathBuf,
-        /// The key's token Budget.
-        #[arg(long)]
+        /// The key's token Budget (at most 2^53 - 1, the largest count JSON clients
+        /// read exactly).
+        #[arg(long, value_parser = tokens_arg)]
         tokens: u64,
         /// How many requests of the key may run at once.
         #[arg(long, default_value_t = 8)]
@@ -41,8 +43,8 @@ pub enum KeysCommand {
         data: PathBuf,
         /// The key's id (`key_…`, from `keys list`).
         id: String,
-        /// Tokens to add.
-        #[arg(long)]
+        /// Tokens to add (a Budget stops at 2^53 - 1).
+        #[arg(long, value_parser = tokens_arg)]
         tokens: u64,
     },
     /// Revoke a key: it authenticates nothing from now on.
@@ -53,6 +55,16 @@ pub enum KeysCommand {
         /// The key's id.
         id: String,
     },
+}
+
+/// A token count from the command line: at most [`MAX_SAFE_INTEGER`], where Budgets
+/// stop (larger counts would be cut there when stored).
+fn tokens_arg(s: &str) -> Result<u64, String> {
+    let n: u64 = s.parse().map_err(|e| format!("{e}"))?;
+    if n > MAX_SAFE_INTEGER {
+        return Err(format!("at most {MAX_SAFE_INTEGER} tokens"));
+    }
+    Ok(n)
 }
 
 /// Makes a key with a Budget; returns `(id, secret)`.

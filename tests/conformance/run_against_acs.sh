@@ -3,7 +3,7 @@
 # Builds nothing: uses $ACS_BIN (default $CARGO_TARGET_DIR/release/acs, with
 # CARGO_TARGET_DIR defaulting to /root/.cache/acs-target).
 # Extra arguments go to pytest (e.g. -k jobs, -x, -q).
-# The last line of the output is exactly "N passed, N failed".
+# The last line of the output is "N passed, N failed" (", N skipped" when some were).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -60,6 +60,7 @@ wait_up "http://127.0.0.1:$UP_PORT/v1/models" "$DATA/upstream.pid" "$DATA/upstre
 bash "$DATA/start.sh" || exit 2
 
 BASE="http://127.0.0.1:$EDGE_PORT"
+export ACS_FACE=edge
 run_suite "$BASE" \
   "curl -fsS -X POST '$BASE/admin/keys' -H 'authorization: Bearer $ADMIN_SECRET' -d '{{\"tokens\": {tokens}, \"max_running\": {max_running}}}' | jq -r .key" \
   "bash '$DATA/restart.sh'" "$DATA/edge.log" "$@"

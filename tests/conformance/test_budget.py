@@ -3,9 +3,10 @@
 import concurrent.futures as cf
 import time
 
+import httpx
 import pytest
 
-from conftest import EOS_BAN, MODEL, expect_error
+from conftest import EOS_BAN, FACE, MODEL, expect_error
 
 
 def test_budget_shape(fresh):
@@ -159,3 +160,20 @@ def test_concurrent_requests_share_the_budget(fresh):
     assert any(r.status_code == 200 for r in rs)
     after = a.settled_budget()
     assert before - after["tokens_left"] == used
+
+
+@pytest.mark.skipif(FACE == "edge", reason="the edge worker runs a non-streaming completion "
+                    "to its end when the client leaves (it settles what was generated)")
+def test_client_gone_during_a_long_prefill_stops_it(fresh, model_info):
+    # A client that leaves before its first token: the server stops within a step of
+    # noticing, not after the whole prompt is read, and charges nothing generated.
+    a = fresh(1_000_000, 2)
+    before = a.budget()
+    prompt = [42] * (model_info["context_window"] - 64)
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 16, "logit_bias": EOS_BAN}
+    with pytest.raises(httpx.TimeoutException):
+        a.request("POST", "/v1/completions", json_body=body, timeout=1.0)
+    after = a.settled_budget(timeout=60)
+    charged = before["tokens_left"] - after["tokens_left"]
+    # (A token prompt has no BOS added: its tokens are the prompt's tokens.)
+    assert charged <= len(prompt), f"{charged} tokens charged: the request went on generating"

@@ -303,9 +303,14 @@ pub fn too_big_for_memory(need_bytes: usize, have_bytes: usize) -> ApiError {
         ErrorCode::InvalidValue,
         "max_tokens",
         format!(
-            "This request needs {} MiB of KV cache at most; the engine has {} MiB. Ask for fewer choices or tokens.",
-            need_bytes >> 20,
-            have_bytes >> 20
+            "This request needs {} of KV cache at most; the engine has {}. Ask for fewer choices or tokens.",
+            mib(need_bytes),
+            mib(have_bytes)
         ),
     )
+}
+
+/// `bytes` in MiB, to a tenth (a whole number alone rounds a small engine to 0).
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }

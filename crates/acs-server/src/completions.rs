@@ -102,7 +102,22 @@ pub fn admit_and_run(
     let wake = state.wake.clone();
     tokio::spawn(async move {
         let ticket = ticket;
-        while let Some(e) = erx.recv().await {
+        let mut gone = false;
+        loop {
+            let e = tokio::select! {
+                e = erx.recv() => match e {
+                    Some(e) => e,
+                    None => break,
+                },
+                // The reader went away (the client left and its handler was
+                // dropped): stop at the next step, even in a long prefill that
+                // sends nothing yet; keep draining to settle.
+                () = otx.closed(), if !gone => {
+                    gone = true;
+                    ticket.cancel();
+                    continue;
+                }
+            };
             let out = match e {
                 Event::Delta(d) => Out::Delta(d),
                 Event::Done(f) => {

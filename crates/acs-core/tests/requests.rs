@@ -80,8 +80,7 @@ fn every_field_parses() {
         "steering": [{"layer": 1, "vector": [1, 2], "scale": -3},
                      {"layer": 2, "vector_b64": b64},
                      {"layer": 3, "positive": "love", "negative": "hate", "scale": 4},
-                     {"control_vector": "happy", "scale": 0.5}],
-        "activations": {"layers": [0, 3], "positions": "all"}
+                     {"control_vector": "happy", "scale": 0.5}]
     }))
     .unwrap();
     assert_eq!(r.seed, Some(u64::MAX));
@@ -107,13 +106,20 @@ fn every_field_parses() {
         SteeringSource::ControlVector("happy".into())
     );
     assert_eq!((r.steering[3].layer, r.steering[0].layer), (None, Some(1)));
+    // Activations come with a whole Completion: not with `stream`.
+    let read_out = json!({"layers": [0, 3], "positions": "all"});
     assert_eq!(
-        r.activations,
+        parse(json!({"model": "m", "prompt": "p", "activations": read_out}))
+            .unwrap()
+            .activations,
         Some(ActivationsRequest {
             layers: vec![0, 3],
             positions: Positions::All
         })
     );
+    let e = parse(json!({"model": "m", "prompt": "p", "stream": true, "activations": read_out}))
+        .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("activations"));
     assert_eq!(
         parse(json!({"model":"m","prompt":"p","stop":"x"}))
             .unwrap()

@@ -314,7 +314,7 @@ impl Inner {
     }
 
     /// `resp` with the traffic headers of key `key_id`, which every answer to a key
-    /// carries.
+    /// carries (refusals too: they tell the client where its key stands).
     fn with_budget(&self, key_id: &str, resp: Response) -> Response {
         let key_id = key_id.to_owned();
         if let Ok(v) = self.db.tx(move |s| ledger::view(s, &key_id)) {
@@ -325,12 +325,7 @@ impl Inner {
 
     /// A refusal, with the traffic headers that tell the client where its key stands.
     fn refusal(&self, key_id: &str, e: &ApiError) -> Response {
-        let resp = http::error(e);
-        let key_id = key_id.to_owned();
-        if let Ok(v) = self.db.tx(move |s| ledger::view(s, &key_id)) {
-            budget_headers(resp.headers(), &v);
-        }
-        resp
+        self.with_budget(key_id, http::error(e))
     }
 
     /// Charges `used` of Hold `id` and releases the rest.

@@ -32,6 +32,12 @@ pub const MAX_STEERING_SCALE: f32 = 1000.0;
 /// values, squared and summed, come to about 1.7e19). A finite vector times a finite
 /// scale could otherwise overflow to infinity and turn the logits into NaN.
 pub const MAX_STEERING_VALUE: f32 = 1e6;
+
+/// Whether `x` may be a value of a steering vector, before or after its scale: finite
+/// and within ±[`MAX_STEERING_VALUE`].
+pub fn steering_value_in_range(x: f32) -> bool {
+    x.is_finite() && x.abs() <= MAX_STEERING_VALUE
+}
 /// Most layers one activations read-out may name.
 pub const MAX_ACTIVATION_LAYERS: usize = 64;
 /// Longest steering vector accepted before the model is known.
@@ -871,9 +877,7 @@ fn check_vector(param: &str, v: Vec<f32>) -> Result<Vec<f32>, ApiError> {
             ),
         ));
     }
-    if v.iter()
-        .any(|x| !x.is_finite() || x.abs() > MAX_STEERING_VALUE)
-    {
+    if !v.iter().all(|&x| steering_value_in_range(x)) {
         return Err(ApiError::invalid_value(
             param,
             format!("Vector values must be finite numbers within ±{MAX_STEERING_VALUE:e}."),

@@ -1,7 +1,9 @@
 //! From a contract request to the engine's unit of work: prompts as token ids, each
 //! choice's sampling, steering vectors resolved, activation read-outs named.
 
-use acs_core::request::{MAX_STEERING_VALUE, Positions, PromptItem, SteeringSource};
+use acs_core::request::{
+    MAX_STEERING_VALUE, Positions, PromptItem, SteeringSource, steering_value_in_range,
+};
 use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo};
 use acs_llama::model::{LayerAdd, Logits, Model, SeqInput};
 use acs_llama::sample::SamplingParams;
@@ -165,10 +167,9 @@ pub async fn prepare_on<B: Backend>(
                 ));
             }
         }
-        let out_of_range = |x: &f32| !x.is_finite() || x.abs() > MAX_STEERING_VALUE;
-        if steering[from..]
+        if !steering[from..]
             .iter()
-            .any(|a| a.vector.iter().any(out_of_range))
+            .all(|a| a.vector.iter().all(|&x| steering_value_in_range(x)))
         {
             return Err(ApiError::invalid_value(
                 format!("steering[{i}].scale"),

@@ -167,6 +167,15 @@ pub fn budget_headers(h: &mut HeaderMap, v: &BudgetView) {
     }
 }
 
+/// `resp` with the traffic headers of key `key_id`, which every answer to a key
+/// carries (refusals too: they tell the client where its key stands).
+pub fn with_budget(state: &AppState, key_id: &str, mut resp: Response) -> Response {
+    if let Ok(v) = state.db.tx(|s| ledger::view(s, key_id)) {
+        budget_headers(resp.headers_mut(), &v);
+    }
+    resp
+}
+
 /// The key of `Authorization: Bearer <key>`, or 401.
 pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
     let unauthorized = |m: &str| ApiError::new(ErrorCode::InvalidApiKey, m);

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::app::{
     AppState, Failure, authenticate, budget_headers, json_response, read_body, set_header,
+    with_budget,
 };
 use crate::cli::{random, unix_now};
 
@@ -169,11 +170,7 @@ pub async fn create(
         Ok(a) => a,
         Err(e) => {
             // Refusals (402, 429) tell the client where its key stands.
-            let mut resp = Failure(e).into_response();
-            if let Ok(view) = state.db.tx(|s| ledger::view(s, &key.id)) {
-                budget_headers(resp.headers_mut(), &view);
-            }
-            return Ok(resp);
+            return Ok(with_budget(&state, &key.id, Failure(e).into_response()));
         }
     };
     let view = state.db.tx(|s| ledger::view(s, &key.id))?;

@@ -3,7 +3,7 @@
 use acs_core::ids::body_digest;
 use acs_core::jobs::{self, Begin};
 use acs_core::request::canonical_json;
-use acs_core::{ApiError, CompletionRequest, Endpoint, Job, JobId, JobStatus, ledger};
+use acs_core::{ApiError, CompletionRequest, Endpoint, Job, JobId, JobStatus};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -12,7 +12,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use crate::app::{
-    AppState, Failure, authenticate, budget_headers, job_id, json_response, read_body, set_header,
+    AppState, Failure, authenticate, job_id, json_response, read_body, set_header, with_budget,
 };
 use crate::cli::random;
 use crate::completions::prepare_request;
@@ -21,15 +21,6 @@ fn job_response(state: &AppState, status: StatusCode, job: &Job) -> Response {
     let mut resp = json_response(status, &job.view(state.now()));
     set_header(resp.headers_mut(), "x-request-id", &job.id.request_id());
     with_budget(state, &job.key_id, resp)
-}
-
-/// `resp` with the traffic headers of key `key_id`, which every answer to a key
-/// carries.
-fn with_budget(state: &AppState, key_id: &str, mut resp: Response) -> Response {
-    if let Ok(v) = state.db.tx(|s| ledger::view(s, key_id)) {
-        budget_headers(resp.headers_mut(), &v);
-    }
-    resp
 }
 
 /// `POST /v1/completion-jobs`.

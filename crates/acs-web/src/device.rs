@@ -119,7 +119,7 @@ impl Backend for Device {
                 Ok(DeviceCache::Cpu(Backend::fork(&**m, c, positions)?))
             }
             (Kind::Gpu(g), DeviceCache::Gpu(c)) => {
-                Ok(DeviceCache::Gpu(g.fork_cache(c, positions)?))
+                Ok(DeviceCache::Gpu(Backend::fork(&**g, c, positions)?))
             }
             _ => Err(DeviceError::Mixed),
         }

@@ -1061,43 +1061,17 @@ impl GpuModel {
                 ..GpuCache::default()
             });
         };
-        let c = &self.config;
         // The copy's own room where it is more than the original holds (and fits the
-        // device); else the original's capacity, copied whole.
-        let want = room.next_multiple_of(CACHE_STEP).min(self.context_cap());
-        let cap = if want > cache.cap && self.fits(want).is_ok() {
-            want
-        } else {
-            cache.cap
+        // device); else the original's capacity.
+        let cap = match self.reserved_capacity(room) {
+            Some(want) if want > cache.cap => want,
+            _ => cache.cap,
         };
-        let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
-        let make = |label| {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: layer_bytes * c.n_layers as u64,
-                usage: STORAGE,
-                mapped_at_creation: false,
-            })
-        };
-        let (nk, nv) = (make("kv cache k"), make("kv cache v"));
+        let (nk, nv, layer_bytes) = self.kv_buffers(cap);
         let mut enc = self.device.create_command_encoder(&Default::default());
-        if cap == cache.cap {
-            enc.copy_buffer_to_buffer(k, 0, &nk, 0, k.size());
-            enc.copy_buffer_to_buffer(v, 0, &nv, 0, v.size());
-        } else {
-            // Layers lie `layer_bytes` apart, so a larger copy takes each layer's
-            // positions on their own.
-            let used = (cache.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
-            for l in 0..c.n_layers as u64 {
-                for (old, new) in [(k, &nk), (v, &nv)] {
-                    enc.copy_buffer_to_buffer(
-                        old,
-                        l * cache.layer_bytes,
-                        new,
-                        l * layer_bytes,
-                        used,
-                    );
-                }
+        for (src_off, dst_off, size) in self.layer_copies(cache, layer_bytes) {
+            for (old, new) in [(k, &nk), (v, &nv)] {
+                enc.copy_buffer_to_buffer(old, src_off, new, dst_off, size);
             }
         }
         self.queue.submit([enc.finish()]);
@@ -1450,19 +1424,24 @@ impl GpuModel {
         if need <= cache.cap {
             return Ok(None);
         }
-        let ctx = self.context_cap();
-        if cache.room >= need {
-            let cap = cache.room.next_multiple_of(CACHE_STEP).min(ctx);
-            if self.fits(cap).is_ok() {
-                return Ok(Some(cap));
-            }
+        if cache.room >= need
+            && let Some(cap) = self.reserved_capacity(cache.room)
+        {
+            return Ok(Some(cap));
         }
         let cap = need
             .max(2 * cache.cap)
             .next_multiple_of(CACHE_STEP)
-            .min(ctx);
+            .min(self.context_cap());
         self.fits(cap)?;
         Ok(Some(cap))
+    }
+
+    /// The capacity that holds `room` positions (in whole [`CACHE_STEP`]s, at most the
+    /// context), if the device can hold it.
+    fn reserved_capacity(&self, room: usize) -> Option<usize> {
+        let cap = room.next_multiple_of(CACHE_STEP).min(self.context_cap());
+        self.fits(cap).is_ok().then_some(cap)
     }
 
     /// Whether the device can hold a cache of `cap` positions.
@@ -1484,6 +1463,28 @@ impl GpuModel {
     /// Gives `cache` room for `cap` positions, copying what it holds into the larger
     /// buffers as the step's first commands.
     fn grow(&self, cache: &mut GpuCache, cap: usize, rec: &mut Recorder<'_>) {
+        let (nk, nv, layer_bytes) = self.kv_buffers(cap);
+        if let Some((ok, ov)) = &cache.kv {
+            for (src_off, dst_off, size) in self.layer_copies(cache, layer_bytes) {
+                for (old, new) in [(ok, &nk), (ov, &nv)] {
+                    rec.ops.push(Op::Copy {
+                        src: old.clone(),
+                        src_off,
+                        dst: new.clone(),
+                        dst_off,
+                        size,
+                    });
+                }
+            }
+        }
+        cache.kv = Some((nk, nv));
+        cache.cap = cap;
+        cache.layer_bytes = layer_bytes;
+    }
+
+    /// Key and value buffers for a cache of `cap` positions, and the bytes of one
+    /// layer's slice of them.
+    fn kv_buffers(&self, cap: usize) -> (wgpu::Buffer, wgpu::Buffer, u64) {
         let c = &self.config;
         let layer_bytes = (cap * c.kv_dim() * KV_VALUE_BYTES) as u64;
         let make = |label| {
@@ -1494,26 +1495,21 @@ impl GpuModel {
                 mapped_at_creation: false,
             })
         };
-        let (nk, nv) = (make("kv cache k"), make("kv cache v"));
-        if let Some((ok, ov)) = &cache.kv {
-            let used = (cache.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
-            if used > 0 {
-                for l in 0..c.n_layers as u64 {
-                    for (old, new) in [(ok, &nk), (ov, &nv)] {
-                        rec.ops.push(Op::Copy {
-                            src: old.clone(),
-                            src_off: l * cache.layer_bytes,
-                            dst: new.clone(),
-                            dst_off: l * layer_bytes,
-                            size: used,
-                        });
-                    }
-                }
-            }
+        (make("kv cache k"), make("kv cache v"), layer_bytes)
+    }
+
+    /// The copies (offset in `from`'s buffers, offset in the new ones, bytes) that
+    /// move the positions `from` holds into buffers whose layers lie `layer_bytes`
+    /// apart, one per layer; none when it holds nothing.
+    fn layer_copies(&self, from: &GpuCache, layer_bytes: u64) -> Vec<(u64, u64, u64)> {
+        let c = &self.config;
+        let used = (from.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
+        if used == 0 {
+            return Vec::new();
         }
-        cache.kv = Some((nk, nv));
-        cache.cap = cap;
-        cache.layer_bytes = layer_bytes;
+        (0..c.n_layers as u64)
+            .map(|l| (l * from.layer_bytes, l * layer_bytes, used))
+            .collect()
     }
 
     /// `out` = `x` normalized (RMSNorm with gain `g`) for `rows` rows, and `out`

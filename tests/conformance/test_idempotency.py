@@ -1,6 +1,7 @@
 """Idempotency-Key on POST /v1/completion-jobs."""
 
 import concurrent.futures as cf
+import json
 import uuid
 
 from conftest import MODEL, check_common, expect_error
@@ -97,3 +98,21 @@ def test_50_concurrent_duplicates_make_one_job(fresh, http):
     jobs = a.get("/v1/completion-jobs").json()["data"]
     assert [j["id"] for j in jobs] == list(ids)
     a.wait_job(next(iter(ids)))
+
+
+def test_repeated_key_fields_are_one_key(fresh):
+    # Two Idempotency-Key fields are the key "k1, k2" (HTTP joins repeated fields),
+    # on acs serve as at the edge, whose Fetch headers join them.
+    a = fresh(100_000)
+    k1, k2 = key(), key()
+    headers = list(a.headers({"Content-Type": "application/json"}).items())
+    r = a.client.post("/v1/completion-jobs", content=json.dumps(BODY).encode(),
+                      headers=headers + [("Idempotency-Key", k1), ("Idempotency-Key", k2)])
+    check_common(r)
+    assert r.status_code == 202, r.text
+    joined = a.post("/v1/completion-jobs", BODY, headers={"Idempotency-Key": f"{k1}, {k2}"})
+    assert joined.status_code == 200, joined.text
+    assert joined.headers.get("idempotent-replayed") == "true"
+    assert joined.json()["id"] == r.json()["id"]
+    single = a.post("/v1/completion-jobs", BODY, headers={"Idempotency-Key": k1})
+    assert single.status_code == 202 and single.json()["id"] != r.json()["id"], single.text

@@ -23,6 +23,25 @@ fn job_response(state: &AppState, status: StatusCode, job: &Job) -> Response {
     with_budget(state, &job.key_id, resp)
 }
 
+/// The `Idempotency-Key` header, if sent. Several fields of the name are one key,
+/// their values joined with ", " (HTTP's rule for repeated fields, and what the
+/// edge's Fetch `Headers` give it), so both faces read the same key from a request.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let values: Result<Vec<&str>, _> = headers
+        .get_all("idempotency-key")
+        .iter()
+        .map(|v| v.to_str())
+        .collect();
+    let values = values.map_err(|_| {
+        ApiError::param(
+            acs_core::ErrorCode::InvalidIdempotencyKey,
+            "Idempotency-Key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+        )
+    })?;
+    Ok((!values.is_empty()).then(|| values.join(", ")))
+}
+
 /// `POST /v1/completion-jobs`.
 pub async fn submit(
     State(state): State<AppState>,
@@ -33,16 +52,7 @@ pub async fn submit(
     let key = authenticate(&state, &headers);
     let bytes = read_body(&state, body).await;
     let key = key?;
-    let idem = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(v.to_str().map(str::to_owned).map_err(|_| {
-            ApiError::param(
-                acs_core::ErrorCode::InvalidIdempotencyKey,
-                "Idempotency-Key",
-                "Idempotency-Key must be 1 to 255 visible ASCII characters.",
-            )
-        })?),
-    };
+    let idem = idempotency_key(&headers)?;
     let bytes = bytes?;
     let value = acs_core::request::parse_json_object(&bytes)?;
     let req = CompletionRequest::from_value(&value, Endpoint::Jobs)?;

@@ -265,6 +265,24 @@ TRAFFIC = dict(RID, **{
     "x-budget-remaining-tokens": ref("XBudgetRemainingTokens", "headers"),
 })
 
+# One event of a streamed completion (OpenAPI 3.2's `itemSchema`; in 3.1 the `schema`
+# of `text/event-stream` is read as one event's by tools that check streams, such as
+# Schemathesis): its data is a CompletionChunk as JSON, or the final "[DONE]".
+SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"anyOf": [
+            {"const": "[DONE]", "description": "The end of the stream."},
+            {"type": "string", "contentMediaType": "application/json",
+             "contentSchema": ref("CompletionChunk"), "description": "A CompletionChunk as JSON."},
+        ]},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+
 
 def err(desc, retry=False):
     headers = dict(RID)
@@ -324,8 +342,7 @@ paths = {
                                    "CompletionChunk ending with `data: [DONE]`.",
                     "headers": TRAFFIC,
                     "content": {"application/json": {"schema": ref("Completion")},
-                                "text/event-stream": {"schema": {"type": "string"},
-                                                      "x-item-schema": ref("CompletionChunk")}}},
+                                "text/event-stream": {"schema": SSE_EVENT}}},
             **errs("400", "401", "402", "404", "405", "413", "429", "500", "503")}}},
     "/v1/completion-jobs": {
         "post": {

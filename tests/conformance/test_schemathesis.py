@@ -9,6 +9,7 @@ Budget, so expensive generated requests are refused (402) instead of run.
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -63,6 +64,25 @@ def test_schemathesis_with_the_served_model(cli, tmp_path):
     code, out = _run(pinned, new_key(600, 4),
                      "not_a_server_error,status_code_conformance,response_schema_conformance")
     assert code == 0, out[-6000:]
+
+
+def test_streamed_events_match_the_documented_event(cli, tmp_path):
+    # Every request of this copy streams, so each run checks the events (the data of
+    # a chunk, and the final [DONE]) against the text/event-stream schema; the
+    # fuzzing above reaches a successful stream only now and then.
+    doc = json.loads(DOC.read_text())
+    doc["paths"] = {"/v1/completions": doc["paths"]["/v1/completions"]}
+    doc["components"]["schemas"]["CompletionRequest"] = {
+        "type": "object", "additionalProperties": False,
+        "required": ["model", "prompt", "stream", "max_tokens"],
+        "properties": {"model": {"const": MODEL}, "prompt": {"const": "The sky is"},
+                       "stream": {"const": True}, "max_tokens": {"const": 3}}}
+    streaming = tmp_path / "openapi-streaming.json"
+    streaming.write_text(json.dumps(doc))
+    code, out = _run(streaming, new_key(100_000, 4), "response_schema_conformance")
+    assert code == 0, out[-6000:]
+    cases = re.search(r"(\d+) generated, (\d+) passed", out)
+    assert cases and int(cases.group(2)) > 0, out[-2000:]
 
 
 def test_served_document_matches_the_file(cli):

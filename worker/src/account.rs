@@ -485,16 +485,10 @@ impl Inner {
 
     /// `POST /v1/completion-jobs`.
     async fn submit(&self, key: ApiKey, req: &mut Request) -> Result<Response, ApiError> {
-        let idem = match req.headers().get("idempotency-key") {
-            Ok(v) => v,
-            Err(_) => {
-                return Err(ApiError::param(
-                    ErrorCode::InvalidIdempotencyKey,
-                    "Idempotency-Key",
-                    "Idempotency-Key must be 1 to 255 visible ASCII characters.",
-                ));
-            }
-        };
+        let idem = req
+            .headers()
+            .get("idempotency-key")
+            .map_err(|_| jobs::invalid_idempotency_key())?;
         let bytes = read_body(req, self.max_body_bytes).await?;
         let value = parse_json_object(&bytes)?;
         let parsed = CompletionRequest::from_value(&value, RequestEndpoint::Jobs)?;

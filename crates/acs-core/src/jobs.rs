@@ -31,12 +31,18 @@ pub fn check_idempotency_key(key: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::param(
-            ErrorCode::InvalidIdempotencyKey,
-            "Idempotency-Key",
-            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
-        ))
+        Err(invalid_idempotency_key())
     }
+}
+
+/// The refusal of an `Idempotency-Key` that is not 1 to 255 visible ASCII characters
+/// (also what the HTTP faces answer for a header that is not text at all).
+pub fn invalid_idempotency_key() -> ApiError {
+    ApiError::param(
+        ErrorCode::InvalidIdempotencyKey,
+        "Idempotency-Key",
+        "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+    )
 }
 
 /// What the first step of a submission found.

@@ -2717,29 +2717,23 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn quantize_vector_impl(x: &[f32], dst: &mut [BlockQ8]) {
-        let mut blocks = x.chunks_exact(QK);
+        let whole = x.len() / QK * QK;
         let mut out = dst.iter_mut();
-        loop {
+        for group in x[..whole].chunks(8 * QK) {
             let mut amax = [0f32; 8];
-            let mut n = 0;
-            let start = blocks.clone();
-            for (a, v) in amax.iter_mut().zip(blocks.by_ref()) {
+            for (a, v) in amax.iter_mut().zip(group.chunks_exact(QK)) {
                 *a = block_amax(v.try_into().expect("whole blocks"));
-                n += 1;
-            }
-            if n == 0 {
-                break;
             }
             let d = _mm256_div_ps(load8f(&amax), _mm256_set1_ps(127.0));
             let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d);
             let id = _mm256_and_ps(inv, _mm256_cmp_ps::<_CMP_GT_OQ>(d, _mm256_setzero_ps()));
             let (d, id) = (lanes(d), lanes(id));
-            for (k, v) in start.take(n).enumerate() {
+            for (k, v) in group.chunks_exact(QK).enumerate() {
                 let v: &[f32; QK] = v.try_into().expect("whole blocks");
                 *out.next().expect("a block per 32 values") = round_block(v, d[k], id[k]);
             }
         }
-        let rest = blocks.remainder();
+        let rest = &x[whole..];
         if !rest.is_empty() {
             let mut v = [0f32; QK];
             v[..rest.len()].copy_from_slice(rest);

@@ -32,13 +32,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .iter()
         .map(|v| v.to_str())
         .collect();
-    let values = values.map_err(|_| {
-        ApiError::param(
-            acs_core::ErrorCode::InvalidIdempotencyKey,
-            "Idempotency-Key",
-            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
-        )
-    })?;
+    let values = values.map_err(|_| jobs::invalid_idempotency_key())?;
     Ok((!values.is_empty()).then(|| values.join(", ")))
 }
 

@@ -27,9 +27,17 @@ pub trait Backend {
     /// memory, beyond the bound the scheduler keeps.
     fn new_cache(&self, positions: usize) -> Self::Cache;
 
-    /// A copy of `cache` with room for `positions` positions, for a choice branching
-    /// from its prompt.
-    fn fork(&self, cache: &Self::Cache, positions: usize) -> Result<Self::Cache, Self::Error>;
+    /// A branch of `cache` with room for `positions` positions, for a choice
+    /// branching from its prompt: a copy, or, where [`Backend::forks_share_prompt`],
+    /// a cache that shares the positions `cache` holds (which may reorganise it).
+    fn fork(&self, cache: &mut Self::Cache, positions: usize) -> Result<Self::Cache, Self::Error>;
+
+    /// Whether a [`Backend::fork`] shares the positions it branched from instead of
+    /// copying them: the scheduler then reserves a prompt's positions once for all of
+    /// its choices rather than once per choice.
+    fn forks_share_prompt(&self) -> bool {
+        false
+    }
 
     /// Memory `cache` takes, in bytes (its capacity).
     fn cache_bytes(&self, cache: &Self::Cache) -> usize;
@@ -54,8 +62,12 @@ impl Backend for Model {
         cache
     }
 
-    fn fork(&self, cache: &KvCache, positions: usize) -> Result<KvCache, ModelError> {
+    fn fork(&self, cache: &mut KvCache, positions: usize) -> Result<KvCache, ModelError> {
         Ok(cache.fork(positions.min(self.config.context)))
+    }
+
+    fn forks_share_prompt(&self) -> bool {
+        true
     }
 
     fn cache_bytes(&self, cache: &KvCache) -> usize {
@@ -89,7 +101,7 @@ mod gpu {
             cache
         }
 
-        fn fork(&self, cache: &GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
+        fn fork(&self, cache: &mut GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
             self.fork_cache(cache, positions)
         }
 

@@ -26,6 +26,8 @@ pub struct Engine {
     model: Arc<Model>,
     config: SchedulerConfig,
     backend: Arc<str>,
+    /// The backend's [`Backend::forks_share_prompt`], for the admission check.
+    shared_prompts: bool,
     stats: Arc<Mutex<Stats>>,
 }
 
@@ -45,6 +47,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(Stats::default()));
         let described: Arc<str> = backend.describe().into();
+        let shared_prompts = backend.forks_share_prompt();
         let scheduler = Scheduler::with_backend(Arc::clone(&model), backend, config);
         let shared = Arc::clone(&stats);
         // The thread ends by itself once every handle (every sender) is gone.
@@ -57,6 +60,7 @@ impl Engine {
             model,
             config,
             backend: described,
+            shared_prompts,
             stats,
         }
     }
@@ -83,7 +87,8 @@ impl Engine {
     /// step. (Waiting for the thread's answer let a client that submits several
     /// requests in turn add one per step: eight took seven steps to join.)
     pub fn submit(&self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
-        self.config.admits(&self.model, &generation)?;
+        self.config
+            .admits(&self.model, &generation, self.shared_prompts)?;
         let cancel = Arc::new(AtomicBool::new(false));
         self.tx
             .send(Command::Submit(

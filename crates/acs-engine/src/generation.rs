@@ -45,12 +45,20 @@ impl Generation {
         self.prompts.iter().map(Vec::len).collect()
     }
 
-    /// Sequence positions this request can occupy at most: prompts + every choice's
-    /// completion (the prompt's cache is shared until it branches).
-    pub fn kv_tokens(&self) -> usize {
+    /// Sequence positions this request can occupy at most: each prompt once and
+    /// every choice's completion where the choices share their prompt's positions
+    /// (`shared_prompts`, see [`crate::Backend::forks_share_prompt`]), or each choice
+    /// its own copy of the prompt as well.
+    pub fn kv_tokens(&self, shared_prompts: bool) -> usize {
         self.prompts
             .iter()
-            .map(|p| self.n * (p.len() + self.max_tokens))
+            .map(|p| {
+                if shared_prompts {
+                    p.len() + self.n * self.max_tokens
+                } else {
+                    self.n * (p.len() + self.max_tokens)
+                }
+            })
             .sum()
     }
 }

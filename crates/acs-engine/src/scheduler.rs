@@ -149,8 +149,13 @@ pub struct SchedulerConfig {
 impl SchedulerConfig {
     /// Refuses a request that could never fit the KV memory, whatever runs beside
     /// it; one that fits waits for room if it must.
-    pub(crate) fn admits(&self, model: &Model, generation: &Generation) -> Result<(), ApiError> {
-        let need = generation.kv_tokens();
+    pub(crate) fn admits(
+        &self,
+        model: &Model,
+        generation: &Generation,
+        shared_prompts: bool,
+    ) -> Result<(), ApiError> {
+        let need = generation.kv_tokens(shared_prompts);
         if need > self.kv_capacity_tokens {
             let per = model.config.kv_bytes_per_token();
             return Err(too_big_for_memory(
@@ -288,7 +293,8 @@ impl<B: Backend> Scheduler<B> {
 
     /// Queues a request; refuses one that could never fit the KV memory.
     pub fn submit(&mut self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
-        self.config.admits(&self.model, &generation)?;
+        let shared = self.backend.forks_share_prompt();
+        self.config.admits(&self.model, &generation, shared)?;
         let cancel = Arc::new(AtomicBool::new(false));
         self.enqueue(generation, sink, Arc::clone(&cancel));
         Ok(Ticket::new(cancel))
@@ -415,7 +421,9 @@ impl<B: Backend> Scheduler<B> {
 
     fn admit(&mut self) {
         while let Some(front) = self.waiting.front() {
-            let need = front.generation.kv_tokens();
+            let need = front
+                .generation
+                .kv_tokens(self.backend.forks_share_prompt());
             if self.kv_reserved + need > self.config.kv_capacity_tokens {
                 break;
             }
@@ -437,7 +445,7 @@ impl<B: Backend> Scheduler<B> {
         while i < self.running.len() {
             if self.running[i].cancel.load(Ordering::SeqCst) {
                 let mut a = self.running.swap_remove(i);
-                self.kv_reserved -= a.generation.kv_tokens();
+                self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
                 let finished = finish(&mut a, true);
                 (a.sink)(Event::Done(finished));
             } else {
@@ -668,12 +676,13 @@ impl<B: Backend> Scheduler<B> {
                     }
                 }
             }
-            // Every choice but the last copies the prompt's cache; the last takes it.
+            // Every choice but the last branches from the prompt's cache (sharing or
+            // copying its positions, as the backend does); the last takes it.
             let cache = if i + 1 == n {
                 cache.take().expect("taken once, by the last choice")
             } else {
                 backend.fork(
-                    cache.as_ref().expect("still there before the last choice"),
+                    cache.as_mut().expect("still there before the last choice"),
                     ids.len() + g.max_tokens,
                 )?
             };
@@ -727,7 +736,7 @@ impl<B: Backend> Scheduler<B> {
             let all_done = prompts_done && a.choices.iter().all(|c| c.finish.is_some());
             if all_done || !alive {
                 let mut a = self.running.swap_remove(i);
-                self.kv_reserved -= a.generation.kv_tokens();
+                self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
                 let finished = finish(&mut a, !all_done);
                 (a.sink)(Event::Done(finished));
             } else {

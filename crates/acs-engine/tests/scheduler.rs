@@ -405,19 +405,20 @@ fn a_short_prompt_does_not_wait_behind_a_long_prefill() {
 }
 
 /// The caches of running sequences take no more memory than the scheduler reserved
-/// for them: a prompt's cache and its branches are allocated for the prompt and the
-/// completion at once (a cache that grew by doubling, or a branch cloned at its
-/// prompt's length, took up to twice that).
+/// for them: a prompt's cache is allocated for the prompt and the completion at once
+/// (a cache that grew by doubling took up to twice that), and its choices share the
+/// prompt's positions, each with room for its own completion (copies took the
+/// prompt's room once per choice).
 #[test]
 fn kv_memory_held_stays_within_what_was_reserved() {
     let m = model();
     let per_token = m.config.kv_bytes_per_token();
-    // Exactly one request's room: 4 choices × (21 prompt tokens + 6).
+    // Exactly one request's room: 21 prompt tokens, held once, + 4 choices × 6.
     let prompt: Vec<u32> = (1..=21).collect();
     let mut s = Scheduler::new(
         Arc::clone(&m),
         SchedulerConfig {
-            kv_capacity_tokens: 4 * (21 + 6),
+            kv_capacity_tokens: 21 + 4 * 6,
             // Prefilled in chunks, so the prompt's cache fills over several steps.
             prefill_chunk: 8,
         },
@@ -427,12 +428,14 @@ fn kv_memory_held_stays_within_what_was_reserved() {
         json!({"model":"m","prompt":prompt,"max_tokens":6,"n":4,"temperature":1,"seed":3}),
     );
     run_to_end(&mut s);
-    assert_eq!(done(&log).choices.len(), 4);
+    let done = done(&log);
+    assert_eq!(done.choices.len(), 4);
+    assert_eq!(done.usage.completion_tokens, 4 * 6);
     let peak = s.stats().kv_bytes_peak as usize;
     assert_eq!(
         peak,
-        4 * (21 + 6) * per_token,
-        "four branches, each with the room of its prompt and completion"
+        (21 + 4 * 6) * per_token,
+        "the prompt once, and four branches with the room of their completions"
     );
 }
 

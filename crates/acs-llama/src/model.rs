@@ -435,6 +435,7 @@ impl Model {
     pub fn new_cache(&self) -> KvCache {
         let heads = self.config.n_layers * self.config.n_kv_heads;
         KvCache {
+            shared: Vec::new(),
             k: vec![Vec::new(); heads],
             v: vec![Vec::new(); heads],
             len: 0,
@@ -635,16 +636,47 @@ impl Model {
             let (r, g) = (i / nkv, i % nkv);
             let cache = caches[owner[r]];
             let at = layer * nkv + g;
-            let (keys, values) = (&cache.k[at], &cache.v[at]);
             // The group's query heads lie side by side in the row.
             let q = &q[r * d + g * group * hd..r * d + (g + 1) * group * hd];
+            // The positions this row sees: its own and those before it.
             let n = positions[r] + 1;
+            let parts = cache.parts(at, n);
             let mut scores = vec![0f32; group * n];
-            ops.dots(q, group, keys, hd, &mut scores);
+            heads.fill(0.0);
+            if let [(keys, values, _)] = parts[..] {
+                ops.dots(q, group, keys, hd, &mut scores);
+                for row in scores.chunks_exact_mut(n) {
+                    ops.softmax(row, scale);
+                }
+                ops.weighted_sum(&scores, group, values, hd, heads);
+                return;
+            }
+            // Positions in several parts (a prompt shared with other choices, then
+            // this sequence's own): each part's scores go to their place in the rows,
+            // and each part's values add to the heads in position order, so the sums
+            // are the ones a single part gives, bit for bit.
+            let mut part_rows = Vec::new();
+            let mut start = 0;
+            for &(keys, _, len) in &parts {
+                part_rows.resize(group * len, 0.0);
+                ops.dots(q, group, keys, hd, &mut part_rows);
+                for (row, part) in scores.chunks_exact_mut(n).zip(part_rows.chunks_exact(len)) {
+                    row[start..start + len].copy_from_slice(part);
+                }
+                start += len;
+            }
             for row in scores.chunks_exact_mut(n) {
                 ops.softmax(row, scale);
             }
-            ops.weighted_sum(&scores, group, values, hd, heads);
+            let mut start = 0;
+            for &(_, values, len) in &parts {
+                part_rows.clear();
+                for row in scores.chunks_exact(n) {
+                    part_rows.extend_from_slice(&row[start..start + len]);
+                }
+                ops.weighted_sum(&part_rows, group, values, hd, heads);
+                start += len;
+            }
         });
     }
 }
@@ -664,14 +696,32 @@ pub const KV_VALUE_BYTES: usize = 2;
 /// sequence's cache takes half the memory of f32, so twice the rollouts fit in a KV
 /// budget, and attention reads half the bytes. The rounding is below what the 8-bit
 /// rounding of every matmul input already costs.
+///
+/// The caches [`KvCache::fork`]ed from one another share the positions they had in
+/// common, read-only, instead of each holding a copy: a prompt's n choices hold its
+/// positions once, so n rollouts of a long prompt take about 1/n of the memory, and
+/// the step's attention reads the one copy n times, from the processor's caches after
+/// the first.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    /// `[layer * n_kv_heads + head]`: `len × head_dim` values.
+    /// The first positions, shared with other caches, oldest first.
+    shared: Vec<Arc<KvSegment>>,
+    /// This cache's own positions after the shared ones:
+    /// `[layer * n_kv_heads + head]`: positions × `head_dim` values.
     k: Vec<Vec<f16>>,
     v: Vec<Vec<f16>>,
+    /// Positions in all, shared and own.
     len: usize,
     head_dim: usize,
     n_kv_heads: usize,
+}
+
+/// Positions frozen by a [`KvCache::fork`], laid out as a cache's own ones.
+#[derive(Debug)]
+struct KvSegment {
+    k: Vec<Vec<f16>>,
+    v: Vec<Vec<f16>>,
+    len: usize,
 }
 
 impl KvCache {
@@ -685,14 +735,28 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Bytes of memory this cache takes (its capacity, which [`KvCache::reserve`] and
-    /// [`KvCache::fork`] set), for memory accounting.
+    /// Bytes of memory this cache takes, for memory accounting: the capacity of its
+    /// own buffers (which [`KvCache::reserve`] and [`KvCache::fork`] set) and an equal
+    /// share of each segment it shares, so that the caches that share one add up to
+    /// its size.
     pub fn bytes(&self) -> usize {
-        self.k
+        let own = |k: &[Vec<f16>], v: &[Vec<f16>]| -> usize {
+            k.iter()
+                .chain(v)
+                .map(|b| b.capacity() * KV_VALUE_BYTES)
+                .sum()
+        };
+        let shared: usize = self
+            .shared
             .iter()
-            .chain(&self.v)
-            .map(|b| b.capacity() * KV_VALUE_BYTES)
-            .sum()
+            .map(|s| own(&s.k, &s.v) / Arc::strong_count(s))
+            .sum();
+        own(&self.k, &self.v) + shared
+    }
+
+    /// Positions held in shared segments, before this cache's own.
+    fn shared_len(&self) -> usize {
+        self.shared.iter().map(|s| s.len).sum()
     }
 
     /// Makes room for `positions` positions in all, so that the appends up to there
@@ -706,27 +770,62 @@ impl KvCache {
         }
     }
 
-    /// A copy with room for `positions` positions (at least the ones it holds),
-    /// allocated once: how a choice branches from its prompt's cache. A plain clone
-    /// holds exactly its length, so the branch's first token would double it.
-    pub fn fork(&self, positions: usize) -> KvCache {
-        let room = positions.max(self.len) * self.head_dim;
-        let copy = |bufs: &[Vec<f16>]| {
-            bufs.iter()
-                .map(|b| {
-                    let mut c = Vec::with_capacity(room);
-                    c.extend_from_slice(b);
-                    c
-                })
-                .collect()
-        };
+    /// A branch with room for `positions` positions (at least the ones it holds):
+    /// how a choice branches from its prompt's cache. The positions this cache holds
+    /// become a segment that both share, read-only (this cache's own buffers move
+    /// there, trimmed to their length, and it keeps growing in new ones): nothing is
+    /// copied, and each cache appends on its own from there, with room reserved up to
+    /// `positions` so that its first token does not reallocate.
+    pub fn fork(&mut self, positions: usize) -> KvCache {
+        let room = positions.saturating_sub(self.len) * self.head_dim;
+        let own = self.len - self.shared_len();
+        let fresh = |n: usize| (0..n).map(|_| Vec::with_capacity(room)).collect::<Vec<_>>();
+        if own > 0 {
+            let heads = self.k.len();
+            let freeze = |bufs: &mut Vec<Vec<f16>>| {
+                let mut frozen = std::mem::replace(bufs, fresh(heads));
+                for b in &mut frozen {
+                    b.shrink_to_fit();
+                }
+                frozen
+            };
+            let segment = KvSegment {
+                k: freeze(&mut self.k),
+                v: freeze(&mut self.v),
+                len: own,
+            };
+            self.shared.push(Arc::new(segment));
+        } else {
+            self.reserve(positions);
+        }
         KvCache {
-            k: copy(&self.k),
-            v: copy(&self.v),
+            shared: self.shared.clone(),
+            k: fresh(self.k.len()),
+            v: fresh(self.v.len()),
             len: self.len,
             head_dim: self.head_dim,
             n_kv_heads: self.n_kv_heads,
         }
+    }
+
+    /// The keys and values of (layer, head) `at` for the first `n` positions, part by
+    /// part (shared segments, then this cache's own), with each part's positions. The
+    /// own part's length is its buffer's: a step appends its positions layer by layer
+    /// before [`KvCache::len`] counts them.
+    fn parts(&self, at: usize, n: usize) -> Vec<(&[f16], &[f16], usize)> {
+        let hd = self.head_dim;
+        let segments = self.shared.iter().map(|s| (&s.k[at], &s.v[at], s.len));
+        let own = (&self.k[at], &self.v[at], self.k[at].len() / hd);
+        let mut left = n;
+        let mut parts = Vec::with_capacity(self.shared.len() + 1);
+        for (k, v, len) in segments.chain([own]) {
+            let take = len.min(left);
+            if take > 0 {
+                parts.push((&k[..take * hd], &v[..take * hd], take));
+            }
+            left -= take;
+        }
+        parts
     }
 
     /// Appends layer `layer`'s keys and values of new positions (each position's
@@ -809,3 +908,89 @@ fn add(x: &mut [f32], y: &[f32]) {
 /// Values per task of the gated activation: a decode step of one sequence (an MLP
 /// width of 1,536 for the default model) still splits over a few cores.
 const SWIGLU_CHUNK: usize = 512;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testgen::{TestModelSpec, test_model_bytes};
+
+    fn model(spec: &TestModelSpec) -> Model {
+        let bytes = test_model_bytes(spec).expect("test model");
+        Model::from_gguf(Arc::new(GgufFile::from_vec(bytes).expect("parses"))).expect("loads")
+    }
+
+    /// One step of `caches`, each fed its `tokens`; every row's logits.
+    fn step(model: &Model, caches: &mut [KvCache], tokens: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        let mut batch: Vec<SeqInput<'_>> = caches
+            .iter_mut()
+            .zip(tokens)
+            .map(|(cache, tokens)| SeqInput {
+                cache,
+                tokens,
+                steering: &[],
+                capture: &[],
+                logits: Logits::All,
+            })
+            .collect();
+        let out = model.forward(&mut batch).expect("step");
+        out.into_iter().map(|o| o.logits).collect()
+    }
+
+    /// Branches that share their prompt's positions give, bit for bit, the logits of
+    /// caches that hold their own copies, in steps of several tokens and of one, and
+    /// for a branch of a branch (two shared segments); the prompt's memory is held
+    /// once. Run with heads of 16 values (the portable attention) and of 64 (AVX2's).
+    #[test]
+    fn forked_caches_share_the_prompt_and_match_copies() {
+        let wide = TestModelSpec {
+            d_model: 256,
+            ffn: 128,
+            ..TestModelSpec::tiny()
+        };
+        for spec in [TestModelSpec::tiny(), wide] {
+            let m = model(&spec);
+            let prompt: Vec<u32> = (1..=40).map(|i| i * 7 % 300).collect();
+            let prefilled = || {
+                let mut c = [m.new_cache()];
+                step(&m, &mut c, std::slice::from_ref(&prompt));
+                let [c] = c;
+                c
+            };
+            let mut prompt_cache = prefilled();
+            let copy_bytes = prompt_cache.bytes();
+            let mut shared = vec![prompt_cache.fork(64), prompt_cache.fork(64)];
+            shared.push(prompt_cache);
+            let mut copies = vec![prefilled(), prefilled(), prefilled()];
+            let held: usize = shared.iter().map(KvCache::bytes).sum();
+            assert!(
+                held < copy_bytes + 3 * (64 - 40) * m.config.kv_bytes_per_token(),
+                "{held} bytes held for a prompt of {copy_bytes}"
+            );
+            for s in 0..6u32 {
+                if s == 3 {
+                    // A branch of a branch: its own positions become a second segment.
+                    let twig = shared[0].fork(64);
+                    shared.push(twig);
+                    copies.push(copies[0].clone());
+                }
+                // Three tokens each in the first step (a prefill on shared positions),
+                // one afterwards.
+                let len = if s == 0 { 3 } else { 1 };
+                let feed: Vec<Vec<u32>> = (0..shared.len() as u32)
+                    .map(|i| (0..len).map(|j| 5 + 11 * i + 3 * s + j).collect())
+                    .collect();
+                let got = step(&m, &mut shared, &feed);
+                let want = step(&m, &mut copies, &feed);
+                assert_eq!(
+                    got,
+                    want,
+                    "head dim {}, step {s}",
+                    spec.d_model / spec.n_heads
+                );
+            }
+            for (a, b) in shared.iter().zip(&copies) {
+                assert_eq!(a.len(), b.len());
+            }
+        }
+    }
+}

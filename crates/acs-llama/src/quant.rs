@@ -1155,10 +1155,13 @@ impl F32Ops {
         }
     }
 
-    /// `out[h] = Σ_t weights[h][t] · values[t * stride..][..head_dim]`: the attention
+    /// `out[h] += Σ_t weights[h][t] · values[t * stride..][..head_dim]`: the attention
     /// output of `heads` query heads that share one key/value head, from a cache of
     /// half floats (`weights` one row of positions per head, `out` the heads side by
     /// side). As in [`F32Ops::dots`], each value is widened once for all the heads.
+    /// Each output value is one chain of multiply-adds from its value in `out`, in
+    /// position order, so a cache in two parts summed by two calls gives the same bits
+    /// as one call over both.
     pub fn weighted_sum(
         self,
         weights: &[f32],
@@ -1172,7 +1175,6 @@ impl F32Ops {
             heads > 0 && out.len() == heads * hd && weights.len() == heads * n,
             "{heads} heads of weights and outputs"
         );
-        out.fill(0.0);
         if n == 0 {
             return;
         }
@@ -3019,7 +3021,9 @@ mod x86 {
         let n = weights.len() / G;
         for pass in 0..HEAD / (8 * C) {
             let at = 8 * C * pass;
-            let mut acc = [[_mm256_setzero_ps(); C]; G];
+            let mut acc: [[__m256; C]; G] = std::array::from_fn(|h| {
+                std::array::from_fn(|l| load8f(&out[h * HEAD + at + 8 * l..]))
+            });
             for t in 0..n {
                 if pass == 0 {
                     prefetch_position(values, (t + AHEAD) * stride);
@@ -3702,8 +3706,9 @@ mod tests {
     }
 
     /// Attention over a cache of halves, for 1 to 5 query heads per key/value head:
-    /// both instruction sets, against f64 sums of the same (already rounded) values,
-    /// and each head's result the same bits as that head's alone.
+    /// both instruction sets, against f64 sums of the same (already rounded) values;
+    /// each head's result the same bits as that head's alone, and the weighted sums
+    /// of a cache in two parts the same bits as of one.
     #[test]
     fn dots_and_weighted_sums_read_halves() {
         let hd = 64;
@@ -3719,6 +3724,19 @@ mod tests {
                 ops.dots(&q, heads, &cache, hd, &mut scores);
                 let mut out = vec![0f32; heads * hd];
                 ops.weighted_sum(&w, heads, &cache, hd, &mut out);
+                // The positions in two parts, summed by two calls: the same bits.
+                for split in [1, 5, n - 1] {
+                    let part = |range: std::ops::Range<usize>| -> Vec<f32> {
+                        (0..heads)
+                            .flat_map(|h| w[h * n + range.start..h * n + range.end].to_vec())
+                            .collect()
+                    };
+                    let mut parts = vec![0f32; heads * hd];
+                    let (early, late) = cache.split_at(split * hd);
+                    ops.weighted_sum(&part(0..split), heads, early, hd, &mut parts);
+                    ops.weighted_sum(&part(split..n), heads, late, hd, &mut parts);
+                    assert_eq!(parts, out, "{heads} heads, split at {split}");
+                }
                 for h in 0..heads {
                     let mut alone = vec![0f32; n];
                     ops.dots(&q[h * hd..(h + 1) * hd], 1, &cache, hd, &mut alone);

@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Tokens decoded per sequence.
     #[arg(long, default_value_t = 64)]
     decode_tokens: usize,
+    /// Prompt tokens of the engine's long-prompt shape (one request, n=8).
+    #[arg(long, default_value_t = 1024)]
+    long_prompt_tokens: usize,
     /// Repetitions; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -141,7 +144,12 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             100.0 * r8 / peak
         );
     }
-    engine_bench(&model, a.decode_tokens, a.repeat)?;
+    engine_bench(
+        &model,
+        a.decode_tokens,
+        a.repeat,
+        &prompt(&model, a.long_prompt_tokens),
+    )?;
     #[cfg(feature = "webgpu")]
     if a.webgpu {
         webgpu_bench(&path, &ids, a.decode_tokens, a.repeat)?;
@@ -197,14 +205,25 @@ fn parse_anchor(text: &str) -> Option<(f64, f64, f64)> {
     }
 }
 
-/// Aggregate throughput of the engine: `concurrent` requests of one prompt each, or
-/// one request with `n` choices; returns (generated tokens/s, prefills run).
+/// What one engine run measured.
+struct EngineRun {
+    /// Generated tokens per second, all requests together.
+    tokens_per_sec: f64,
+    /// Prompts prefilled.
+    prefills: u64,
+    /// Most KV cache memory the running sequences held at once.
+    kv_bytes_peak: u64,
+}
+
+/// Aggregate throughput of the engine: `concurrent` requests of one prompt each
+/// (`prompt`: token ids, or the default short text), or one request with `n` choices.
 fn engine_run(
     model: &Arc<Model>,
     concurrent: usize,
     n: usize,
     max_tokens: usize,
-) -> Result<(f64, u64), CliError> {
+    prompt: Option<&[u32]>,
+) -> Result<EngineRun, CliError> {
     let engine = Engine::start(
         Arc::clone(model),
         SchedulerConfig::with_kv_bytes(model, 1 << 30),
@@ -217,7 +236,11 @@ fn engine_run(
         .filter(|&id| tok.is_eog(id))
         .map(|id| (id.to_string(), json!(-100)))
         .collect();
-    let body = json!({"model": "bench", "prompt": "The sky is", "max_tokens": max_tokens, "n": n, "seed": 1, "logit_bias": no_eog});
+    let prompt = match prompt {
+        Some(ids) => json!(ids),
+        None => json!("The sky is"),
+    };
+    let body = json!({"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "n": n, "seed": 1, "logit_bias": no_eog});
     let req = CompletionRequest::from_value(&body, Endpoint::Completions)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let t = Instant::now();
@@ -236,32 +259,60 @@ fn engine_run(
         }
     }
     let secs = t.elapsed().as_secs_f64();
-    let prefills = engine.stats().prefills;
+    let stats = engine.stats();
     drop(tickets);
-    Ok((generated as f64 / secs, prefills))
+    Ok(EngineRun {
+        tokens_per_sec: generated as f64 / secs,
+        prefills: stats.prefills,
+        kv_bytes_peak: stats.kv_bytes_peak,
+    })
 }
 
 /// Medians of `repeat` runs each; the runs of one shape alternate with the others',
-/// so that a slow spell of a shared machine does not land on one shape alone.
-fn engine_bench(model: &Arc<Model>, max_tokens: usize, repeat: usize) -> Result<(), CliError> {
-    let shapes = [(1, 1), (8, 1), (32, 1), (1, 8)];
+/// so that a slow spell of a shared machine does not land on one shape alone. The
+/// last shape is one request with n=8 on a long prompt (`long`), whose choices share
+/// the prompt's KV cache: its KV peak is printed beside what eight copies would take.
+fn engine_bench(
+    model: &Arc<Model>,
+    max_tokens: usize,
+    repeat: usize,
+    long: &[u32],
+) -> Result<(), CliError> {
+    let shapes = [
+        (1, 1, None),
+        (8, 1, None),
+        (32, 1, None),
+        (1, 8, None),
+        (1, 8, Some(long)),
+    ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
     // Prefills of the one request with n = 8 (its choices share one).
     let mut prefills = 0;
+    let mut kv_peak = 0;
     for _ in 0..repeat.max(1) {
-        for (i, &(concurrent, n)) in shapes.iter().enumerate() {
-            let (r, p) = engine_run(model, concurrent, n, max_tokens)?;
-            runs[i].push(r);
-            if n == 8 {
-                prefills = p;
+        for (i, &(concurrent, n, prompt)) in shapes.iter().enumerate() {
+            let r = engine_run(model, concurrent, n, max_tokens, prompt)?;
+            runs[i].push(r.tokens_per_sec);
+            match (n, prompt) {
+                (8, None) => prefills = r.prefills,
+                (8, Some(_)) => kv_peak = r.kv_bytes_peak,
+                _ => {}
             }
         }
     }
-    let [one, x8, x32, n8] = [0, 1, 2, 3].map(|i| median(runs[i].clone()));
+    let [one, x8, x32, n8, long_n8] = [0, 1, 2, 3, 4].map(|i| median(runs[i].clone()));
     println!(
         "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {prefills} prefill",
         x8 / one,
         x32 / one
+    );
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let copies = 8 * (long.len() + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
+    println!(
+        "engine    one request n=8, {}-token prompt {long_n8:7.1} tok/s | KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
+        long.len(),
+        mib(kv_peak),
+        mib(copies)
     );
     Ok(())
 }

@@ -113,7 +113,7 @@ impl Backend for Device {
         }
     }
 
-    fn fork(&self, cache: &DeviceCache, positions: usize) -> Result<DeviceCache, DeviceError> {
+    fn fork(&self, cache: &mut DeviceCache, positions: usize) -> Result<DeviceCache, DeviceError> {
         match (&self.kind, cache) {
             (Kind::Cpu(m), DeviceCache::Cpu(c)) => {
                 Ok(DeviceCache::Cpu(Backend::fork(&**m, c, positions)?))
@@ -122,6 +122,13 @@ impl Backend for Device {
                 Ok(DeviceCache::Gpu(Backend::fork(&**g, c, positions)?))
             }
             _ => Err(DeviceError::Mixed),
+        }
+    }
+
+    fn forks_share_prompt(&self) -> bool {
+        match &self.kind {
+            Kind::Cpu(m) => Backend::forks_share_prompt(&**m),
+            Kind::Gpu(g) => Backend::forks_share_prompt(&**g),
         }
     }
 

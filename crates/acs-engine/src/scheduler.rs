@@ -124,7 +124,8 @@ impl Drop for Ticket {
 pub struct Stats {
     /// Steps run.
     pub steps: u64,
-    /// Prompts prefilled (a prompt with n choices counts once).
+    /// Prompts prefilled (a prompt with n choices counts once, and a prompt that
+    /// branched from another request's identical one not at all).
     pub prefills: u64,
     /// Prompt tokens prefilled.
     pub prefill_tokens: u64,
@@ -184,6 +185,10 @@ struct PromptRun<C> {
     /// and again once its choices have branched from it.
     cache: Option<C>,
     done: usize,
+    /// The request (its [`Active::id`]) prefilling the same tokens that this prompt
+    /// waits for, to branch from its cache instead of prefilling them again; its
+    /// `cache` is `None` meanwhile.
+    rides_on: Option<u64>,
     /// Captured residual rows per requested layer, over the prefilled positions.
     captured: BTreeMap<usize, Vec<f32>>,
     /// Echoed prompt log-probabilities: (token, logprob, top) per position.
@@ -210,6 +215,8 @@ struct ChoiceRun<C> {
 }
 
 struct Active<C> {
+    /// Unique among the scheduler's requests, for the prompts that ride on this one's.
+    id: u64,
     generation: Generation,
     sink: Sink,
     cancel: Arc<AtomicBool>,
@@ -242,6 +249,8 @@ pub struct Scheduler<B: Backend = Model> {
     running: Vec<Active<B::Cache>>,
     kv_reserved: usize,
     stats: Stats,
+    /// The next request's [`Active::id`].
+    next_id: u64,
 }
 
 impl<B: Backend> std::fmt::Debug for Scheduler<B> {
@@ -273,6 +282,7 @@ impl<B: Backend> Scheduler<B> {
             running: Vec::new(),
             kv_reserved: 0,
             stats: Stats::default(),
+            next_id: 0,
         }
     }
 
@@ -309,12 +319,15 @@ impl<B: Backend> Scheduler<B> {
             .map(|_| PromptRun {
                 cache: None,
                 done: 0,
+                rides_on: None,
                 captured: BTreeMap::new(),
                 echo: Vec::new(),
                 last_row: None,
             })
             .collect();
+        self.next_id += 1;
         self.waiting.push_back(Active {
+            id: self.next_id,
             generation,
             sink,
             cancel,
@@ -355,9 +368,22 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         self.sample_decoded(decoded);
-        // After the decoded choices: a prompt that finished branches new choices.
+        // After the decoded choices: a prompt that finished branches new choices, and
+        // so do the identical prompts of other requests that rode on it.
         for (request, prompt, tokens, out) in prefilled {
-            if let Err(e) = self.after_prefill(request, prompt, tokens, out) {
+            let branched = self
+                .branch_riders(request, prompt, tokens)
+                .and_then(|riders| {
+                    for &(r, p, len) in &riders {
+                        let out = acs_llama::model::SeqOutput {
+                            logits: out.logits.clone(),
+                            captured: Vec::new(),
+                        };
+                        self.after_prefill(r, p, len, out, false)?;
+                    }
+                    self.after_prefill(request, prompt, tokens, out, true)
+                });
+            if let Err(e) = branched {
                 self.fail_all(ApiError::internal(format!(
                     "branching a prompt failed: {e}"
                 )));
@@ -430,10 +456,14 @@ impl<B: Backend> Scheduler<B> {
             self.kv_reserved += need;
             let mut a = self.waiting.pop_front().expect("front exists");
             // Each prompt's cache has the room of one choice (its last choice takes
-            // it over): the prompt and the completion.
+            // it over): the prompt and the completion. A prompt that another running
+            // request is prefilling already waits for that one's cache instead.
             let g = &a.generation;
             for (pr, ids) in a.prompts.iter_mut().zip(&g.prompts) {
-                pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
+                pr.rides_on = self.leader_for(g, ids);
+                if pr.rides_on.is_none() {
+                    pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
+                }
             }
             self.running.push(a);
         }
@@ -446,6 +476,7 @@ impl<B: Backend> Scheduler<B> {
             if self.running[i].cancel.load(Ordering::SeqCst) {
                 let mut a = self.running.swap_remove(i);
                 self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
+                self.release_riders(a.id);
                 let finished = finish(&mut a, true);
                 (a.sink)(Event::Done(finished));
             } else {
@@ -568,12 +599,17 @@ impl<B: Backend> Scheduler<B> {
         Ok((slots, out))
     }
 
+    /// Takes in a prompt's prefilled `tokens` (`ran`: prefilled by this prompt's own
+    /// forward pass, not branched from another request's); once the whole prompt is
+    /// in, captures its activations and branches its choices, each sampling its first
+    /// token from the last position's logits.
     fn after_prefill(
         &mut self,
         request: usize,
         prompt: usize,
         tokens: usize,
         out: acs_llama::model::SeqOutput,
+        ran: bool,
     ) -> Result<(), B::Error> {
         let model = Arc::clone(&self.model);
         let backend = Arc::clone(&self.backend);
@@ -615,7 +651,9 @@ impl<B: Backend> Scheduler<B> {
         let Some(logits) = last_logits else {
             return Ok(());
         };
-        self.stats.prefills += 1;
+        if ran {
+            self.stats.prefills += 1;
+        }
         let cache = pr.cache.take().expect("prefilled prompt has its cache");
         if let Some((layers, positions)) = &g.capture {
             let d = model.config.d_model;
@@ -732,15 +770,111 @@ impl<B: Backend> Scheduler<B> {
             }
             deltas.sort_by_key(|c| c.index);
             let alive = deltas.is_empty() || (a.sink)(Event::Delta(deltas));
-            let prompts_done = a.prompts.iter().all(|p| p.cache.is_none());
+            let prompts_done = a
+                .prompts
+                .iter()
+                .all(|p| p.cache.is_none() && p.rides_on.is_none());
             let all_done = prompts_done && a.choices.iter().all(|c| c.finish.is_some());
             if all_done || !alive {
                 let mut a = self.running.swap_remove(i);
                 self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
+                self.release_riders(a.id);
                 let finished = finish(&mut a, !all_done);
                 (a.sink)(Event::Done(finished));
             } else {
                 i += 1;
+            }
+        }
+    }
+
+    /// Whether a prompt of `g` (`ids`) can wait for a running request's identical
+    /// prompt to be prefilled and branch from its cache (the leader's [`Active::id`]):
+    /// where branches share their prompt's positions, and when neither request steers
+    /// the residual stream, reads it out, or scores the prompt's tokens (any of which
+    /// makes the prefill differ, or needs more from it than its last logits).
+    fn leader_for(&self, g: &Generation, ids: &[u32]) -> Option<u64> {
+        let plain = |g: &Generation| {
+            g.steering.is_empty()
+                && g.capture.is_none()
+                && !(g.echo && g.sampling.logprobs.is_some())
+        };
+        if !self.backend.forks_share_prompt() || !plain(g) {
+            return None;
+        }
+        self.running.iter().find_map(|a| {
+            let leads = a
+                .prompts
+                .iter()
+                .zip(&a.generation.prompts)
+                .any(|(pr, theirs)| {
+                    pr.cache.is_some() && pr.rides_on.is_none() && theirs.as_slice() == ids
+                });
+            (plain(&a.generation) && leads).then_some(a.id)
+        })
+    }
+
+    /// When request `request`'s prompt `prompt` is complete with these `tokens`, gives
+    /// each prompt that rides on it (see [`PromptRun::rides_on`]) a branch of its
+    /// cache; returns them as (request, prompt, tokens), to be taken in as prefilled.
+    fn branch_riders(
+        &mut self,
+        request: usize,
+        prompt: usize,
+        tokens: usize,
+    ) -> Result<Vec<(usize, usize, usize)>, B::Error> {
+        let leader = &self.running[request];
+        let (id, len) = (leader.id, leader.generation.prompts[prompt].len());
+        if leader.prompts[prompt].done + tokens < len {
+            return Ok(Vec::new());
+        }
+        let ids = &leader.generation.prompts[prompt];
+        let mut riders = Vec::new();
+        for (ri, a) in self.running.iter().enumerate() {
+            for (pi, pr) in a.prompts.iter().enumerate() {
+                if pr.rides_on == Some(id) && &a.generation.prompts[pi] == ids {
+                    riders.push((ri, pi, a.generation.max_tokens));
+                }
+            }
+        }
+        if riders.is_empty() {
+            return Ok(riders);
+        }
+        let mut cache = self.running[request].prompts[prompt]
+            .cache
+            .take()
+            .expect("a prompt being prefilled has its cache");
+        let mut branched = Ok(());
+        for &(ri, pi, max_tokens) in &riders {
+            match self.backend.fork(&mut cache, len + max_tokens) {
+                Ok(c) => {
+                    let pr = &mut self.running[ri].prompts[pi];
+                    pr.cache = Some(c);
+                    pr.rides_on = None;
+                }
+                Err(e) => {
+                    branched = Err(e);
+                    break;
+                }
+            }
+        }
+        self.running[request].prompts[prompt].cache = Some(cache);
+        branched?;
+        Ok(riders
+            .into_iter()
+            .map(|(ri, pi, _)| (ri, pi, len))
+            .collect())
+    }
+
+    /// Gives the prompts that rode on request `id` (which leaves before their prefill
+    /// ended) caches of their own: they prefill themselves from the next step.
+    fn release_riders(&mut self, id: u64) {
+        for a in &mut self.running {
+            let g = &a.generation;
+            for (pr, ids) in a.prompts.iter_mut().zip(&g.prompts) {
+                if pr.rides_on == Some(id) {
+                    pr.rides_on = None;
+                    pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
+                }
             }
         }
     }

@@ -464,3 +464,101 @@ fn the_engine_refuses_what_could_never_fit() {
         other => panic!("expected the request to finish, got {other:?}"),
     }
 }
+
+/// `submit`, keeping the ticket so that the test can cancel.
+fn submit_with_ticket(s: &mut Scheduler, body: Value) -> (Log, acs_engine::Ticket) {
+    let model = Arc::clone(s.model());
+    let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
+    let g = prepare(
+        &req,
+        &model,
+        &model_info(&model, "m", 0),
+        &Default::default(),
+        7,
+    )
+    .unwrap();
+    let log: Log = Arc::default();
+    let l = Arc::clone(&log);
+    let ticket = s
+        .submit(
+            g,
+            Box::new(move |e| {
+                l.lock().unwrap().push(e);
+                true
+            }),
+        )
+        .unwrap();
+    (log, ticket)
+}
+
+/// What `body` gives on a scheduler of its own.
+fn alone(m: &Arc<Model>, body: &Value) -> Finished {
+    let mut s = scheduler(m);
+    let log = submit(&mut s, body.clone());
+    run_to_end(&mut s);
+    done(&log)
+}
+
+/// Requests that arrive together with the same prompt (as the tutorial's eight
+/// parallel requests do) prefill it once: the others branch from the first one's
+/// cache, and every request gets exactly the texts it gets alone. A different prompt,
+/// a request that steers, and one that reads activations out prefill their own.
+#[test]
+fn identical_prompts_of_concurrent_requests_are_prefilled_once() {
+    let m = model();
+    let prompt: Vec<u32> = (1..=20).collect();
+    let body = |seed: u32, n: u32, max_tokens: u32| json!({"model":"m","prompt":prompt,"max_tokens":max_tokens,"n":n,"temperature":1,"seed":seed});
+    let same = [body(1, 2, 5), body(2, 1, 7), body(3, 3, 4)];
+    let other = json!({"model":"m","prompt":[9, 8, 7],"max_tokens":5,"temperature":1,"seed":4});
+    let mut steered = body(5, 1, 5);
+    steered["steering"] = json!([{"layer": 1, "vector": vec![0.5f32; 64], "scale": 1.0}]);
+    let mut read_out = body(6, 1, 5);
+    read_out["activations"] = json!({"layers": [1], "positions": "last"});
+    let mut s = scheduler(&m);
+    let logs: Vec<Log> = same
+        .iter()
+        .chain([&other, &steered, &read_out])
+        .map(|b| submit(&mut s, b.clone()))
+        .collect();
+    run_to_end(&mut s);
+    assert_eq!(
+        s.stats().prefills,
+        4,
+        "the shared prompt once; the other prompt, the steered and the read-out ones each"
+    );
+    for (log, b) in logs
+        .iter()
+        .zip(same.iter().chain([&other, &steered, &read_out]))
+    {
+        let (got, want) = (done(log), alone(&m, b));
+        assert_eq!(texts(&got), texts(&want), "{b}");
+        assert_eq!(got.usage, want.usage, "{b}");
+    }
+}
+
+/// A request whose prompt waits for another request's identical one prefills it
+/// itself when that request is cancelled first, and ends as it does alone.
+#[test]
+fn a_waiting_prompt_prefills_itself_when_the_one_it_waits_for_leaves() {
+    let m = model();
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 1024,
+            // 30 prompt tokens take several steps.
+            prefill_chunk: 8,
+        },
+    );
+    let prompt: Vec<u32> = (1..=30).collect();
+    let body = |seed: u32| json!({"model":"m","prompt":prompt,"max_tokens":4,"n":2,"temperature":1,"seed":seed});
+    let (first, ticket) = submit_with_ticket(&mut s, body(1));
+    let second = submit(&mut s, body(2));
+    s.step_blocking();
+    ticket.cancel();
+    run_to_end(&mut s);
+    assert!(done(&first).cancelled);
+    let got = done(&second);
+    assert!(!got.cancelled);
+    assert_eq!(texts(&got), texts(&alone(&m, &body(2))));
+    assert_eq!(s.stats().prefills, 1, "the second prompt's own prefill");
+}

@@ -773,17 +773,21 @@ impl KvCache {
     /// A branch with room for `positions` positions (at least the ones it holds):
     /// how a choice branches from its prompt's cache. The positions this cache holds
     /// become a segment that both share, read-only (this cache's own buffers move
-    /// there, trimmed to their length, and it keeps growing in new ones): nothing is
-    /// copied, and each cache appends on its own from there, with room reserved up to
-    /// `positions` so that its first token does not reallocate.
+    /// there, trimmed to their length, and it keeps growing in new ones with the room
+    /// it had left): nothing is copied, and each cache appends on its own from there,
+    /// the branch with room reserved up to `positions` so that its first token does
+    /// not reallocate.
     pub fn fork(&mut self, positions: usize) -> KvCache {
-        let room = positions.saturating_sub(self.len) * self.head_dim;
+        let hd = self.head_dim;
+        let room = positions.saturating_sub(self.len) * hd;
         let own = self.len - self.shared_len();
-        let fresh = |n: usize| (0..n).map(|_| Vec::with_capacity(room)).collect::<Vec<_>>();
+        let fresh =
+            |n: usize, room: usize| (0..n).map(|_| Vec::with_capacity(room)).collect::<Vec<_>>();
         if own > 0 {
             let heads = self.k.len();
+            let left = self.k.first().map_or(0, |b| b.capacity() - own * hd);
             let freeze = |bufs: &mut Vec<Vec<f16>>| {
-                let mut frozen = std::mem::replace(bufs, fresh(heads));
+                let mut frozen = std::mem::replace(bufs, fresh(heads, left));
                 for b in &mut frozen {
                     b.shrink_to_fit();
                 }
@@ -800,8 +804,8 @@ impl KvCache {
         }
         KvCache {
             shared: self.shared.clone(),
-            k: fresh(self.k.len()),
-            v: fresh(self.v.len()),
+            k: fresh(self.k.len(), room),
+            v: fresh(self.v.len(), room),
             len: self.len,
             head_dim: self.head_dim,
             n_kv_heads: self.n_kv_heads,

@@ -286,23 +286,25 @@ fn engine_bench(
         (1, 8, Some(long)),
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
-    // Prefills of the one request with n = 8 (its choices share one).
-    let mut prefills = 0;
+    // Prefills of the eight requests (their identical prompts share one) and of the
+    // one request with n = 8 (its choices share one).
+    let (mut prefills_x8, mut prefills) = (0, 0);
     let mut kv_peak = 0;
     for _ in 0..repeat.max(1) {
         for (i, &(concurrent, n, prompt)) in shapes.iter().enumerate() {
             let r = engine_run(model, concurrent, n, max_tokens, prompt)?;
             runs[i].push(r.tokens_per_sec);
-            match (n, prompt) {
-                (8, None) => prefills = r.prefills,
-                (8, Some(_)) => kv_peak = r.kv_bytes_peak,
+            match (concurrent, n, prompt) {
+                (8, _, _) => prefills_x8 = r.prefills,
+                (_, 8, None) => prefills = r.prefills,
+                (_, 8, Some(_)) => kv_peak = r.kv_bytes_peak,
                 _ => {}
             }
         }
     }
     let [one, x8, x32, n8, long_n8] = [0, 1, 2, 3, 4].map(|i| median(runs[i].clone()));
     println!(
-        "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {prefills} prefill",
+        "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {prefills_x8} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {prefills} prefill",
         x8 / one,
         x32 / one
     );

@@ -270,8 +270,9 @@ fn engine_run(
 
 /// Medians of `repeat` runs each; the runs of one shape alternate with the others',
 /// so that a slow spell of a shared machine does not land on one shape alone. The
-/// last shape is one request with n=8 on a long prompt (`long`), whose choices share
-/// the prompt's KV cache: its KV peak is printed beside what eight copies would take.
+/// last three shapes repeat one request, eight, and one with n=8 on a long prompt
+/// (`long`), where sharing the prompt's prefill and KV cache matters: the n=8 run's
+/// KV peak is printed beside what eight copies would take.
 fn engine_bench(
     model: &Arc<Model>,
     max_tokens: usize,
@@ -283,36 +284,41 @@ fn engine_bench(
         (8, 1, None),
         (32, 1, None),
         (1, 8, None),
+        (1, 1, Some(long)),
+        (8, 1, Some(long)),
         (1, 8, Some(long)),
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
-    // Prefills of the eight requests (their identical prompts share one) and of the
-    // one request with n = 8 (its choices share one).
-    let (mut prefills_x8, mut prefills) = (0, 0);
+    // Prefills of the last run of each shape: eight requests of one prompt share one,
+    // as the n = 8 choices of one request do.
+    let mut prefills = vec![0; shapes.len()];
     let mut kv_peak = 0;
     for _ in 0..repeat.max(1) {
         for (i, &(concurrent, n, prompt)) in shapes.iter().enumerate() {
             let r = engine_run(model, concurrent, n, max_tokens, prompt)?;
             runs[i].push(r.tokens_per_sec);
-            match (concurrent, n, prompt) {
-                (8, _, _) => prefills_x8 = r.prefills,
-                (_, 8, None) => prefills = r.prefills,
-                (_, 8, Some(_)) => kv_peak = r.kv_bytes_peak,
-                _ => {}
+            prefills[i] = r.prefills;
+            if (n, prompt.is_some()) == (8, true) {
+                kv_peak = r.kv_bytes_peak;
             }
         }
     }
-    let [one, x8, x32, n8, long_n8] = [0, 1, 2, 3, 4].map(|i| median(runs[i].clone()));
+    let [one, x8, x32, n8, long_one, long_x8, long_n8] =
+        [0, 1, 2, 3, 4, 5, 6].map(|i| median(runs[i].clone()));
     println!(
-        "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {prefills_x8} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {prefills} prefill",
+        "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {} prefill",
         x8 / one,
-        x32 / one
+        prefills[1],
+        x32 / one,
+        prefills[3]
     );
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let copies = 8 * (long.len() + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
     println!(
-        "engine    one request n=8, {}-token prompt {long_n8:7.1} tok/s | KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
+        "engine    {}-token prompt: requests x1 {long_one:7.1} tok/s | x8 {long_x8:7.1} tok/s ({:.2}x, {} prefill) | one request n=8 {long_n8:7.1} tok/s, KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
         long.len(),
+        long_x8 / long_one,
+        prefills[5],
         mib(kv_peak),
         mib(copies)
     );

@@ -23,9 +23,27 @@ fn scheduler(model: &Arc<Model>) -> Scheduler {
     )
 }
 
+/// Room for 1,024 positions, prefilling at most `prefill_chunk` prompt tokens a step.
+fn chunked_scheduler(model: &Arc<Model>, prefill_chunk: usize) -> Scheduler {
+    Scheduler::new(
+        Arc::clone(model),
+        SchedulerConfig {
+            kv_capacity_tokens: 1024,
+            prefill_chunk,
+        },
+    )
+}
+
 type Log = Arc<Mutex<Vec<Event>>>;
 
 fn submit(s: &mut Scheduler, body: Value) -> Log {
+    let (log, ticket) = submit_with_ticket(s, body);
+    ticket.detach();
+    log
+}
+
+/// `submit`, keeping the ticket so that the test can cancel.
+fn submit_with_ticket(s: &mut Scheduler, body: Value) -> (Log, acs_engine::Ticket) {
     let model = Arc::clone(s.model());
     let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
     let g = prepare(
@@ -38,16 +56,16 @@ fn submit(s: &mut Scheduler, body: Value) -> Log {
     .unwrap();
     let log: Log = Arc::default();
     let l = Arc::clone(&log);
-    s.submit(
-        g,
-        Box::new(move |e| {
-            l.lock().unwrap().push(e);
-            true
-        }),
-    )
-    .unwrap()
-    .detach();
-    log
+    let ticket = s
+        .submit(
+            g,
+            Box::new(move |e| {
+                l.lock().unwrap().push(e);
+                true
+            }),
+        )
+        .unwrap();
+    (log, ticket)
 }
 
 fn run_to_end(s: &mut Scheduler) {
@@ -282,23 +300,10 @@ fn top_logprobs_always_hold_the_chosen_token() {
 fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
     let m = model();
     let mut s = scheduler(&m);
-    let req = CompletionRequest::from_value(
-        &json!({"model":"m","prompt":"long","max_tokens":200,"temperature":0}),
-        Endpoint::Completions,
-    )
-    .unwrap();
-    let g = prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap();
-    let log: Log = Arc::default();
-    let l = Arc::clone(&log);
-    let ticket = s
-        .submit(
-            g,
-            Box::new(move |e| {
-                l.lock().unwrap().push(e);
-                true
-            }),
-        )
-        .unwrap();
+    let (log, ticket) = submit_with_ticket(
+        &mut s,
+        json!({"model":"m","prompt":"long","max_tokens":200,"temperature":0}),
+    );
     for _ in 0..4 {
         s.step_blocking();
     }
@@ -375,13 +380,7 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
 #[test]
 fn a_short_prompt_does_not_wait_behind_a_long_prefill() {
     let m = model();
-    let mut s = Scheduler::new(
-        Arc::clone(&m),
-        SchedulerConfig {
-            kv_capacity_tokens: 1024,
-            prefill_chunk: 16,
-        },
-    );
+    let mut s = chunked_scheduler(&m, 16);
     let long: Vec<u32> = (1..=160).collect();
     let a = submit(
         &mut s,
@@ -465,32 +464,6 @@ fn the_engine_refuses_what_could_never_fit() {
     }
 }
 
-/// `submit`, keeping the ticket so that the test can cancel.
-fn submit_with_ticket(s: &mut Scheduler, body: Value) -> (Log, acs_engine::Ticket) {
-    let model = Arc::clone(s.model());
-    let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
-    let g = prepare(
-        &req,
-        &model,
-        &model_info(&model, "m", 0),
-        &Default::default(),
-        7,
-    )
-    .unwrap();
-    let log: Log = Arc::default();
-    let l = Arc::clone(&log);
-    let ticket = s
-        .submit(
-            g,
-            Box::new(move |e| {
-                l.lock().unwrap().push(e);
-                true
-            }),
-        )
-        .unwrap();
-    (log, ticket)
-}
-
 /// What `body` gives on a scheduler of its own.
 fn alone(m: &Arc<Model>, body: &Value) -> Finished {
     let mut s = scheduler(m);
@@ -541,14 +514,8 @@ fn identical_prompts_of_concurrent_requests_are_prefilled_once() {
 #[test]
 fn a_waiting_prompt_prefills_itself_when_the_one_it_waits_for_leaves() {
     let m = model();
-    let mut s = Scheduler::new(
-        Arc::clone(&m),
-        SchedulerConfig {
-            kv_capacity_tokens: 1024,
-            // 30 prompt tokens take several steps.
-            prefill_chunk: 8,
-        },
-    );
+    // 30 prompt tokens take several steps.
+    let mut s = chunked_scheduler(&m, 8);
     let prompt: Vec<u32> = (1..=30).collect();
     let body = |seed: u32| json!({"model":"m","prompt":prompt,"max_tokens":4,"n":2,"temperature":1,"seed":seed});
     let (first, ticket) = submit_with_ticket(&mut s, body(1));

@@ -181,8 +181,9 @@ impl SchedulerConfig {
 type EchoEntry = (u32, Option<f32>, Vec<(u32, f32)>);
 
 struct PromptRun<C> {
-    /// `None` until the request is admitted (a waiting request holds no KV memory)
-    /// and again once its choices have branched from it.
+    /// `None` until the request is admitted (a waiting request holds no KV memory),
+    /// while it rides on another request's prefill (`rides_on`), and again once its
+    /// choices have branched from it: `Some` exactly while the prompt is prefilled.
     cache: Option<C>,
     done: usize,
     /// The request (its [`Active::id`]) prefilling the same tokens that this prompt
@@ -447,9 +448,7 @@ impl<B: Backend> Scheduler<B> {
 
     fn admit(&mut self) {
         while let Some(front) = self.waiting.front() {
-            let need = front
-                .generation
-                .kv_tokens(self.backend.forks_share_prompt());
+            let need = self.reservation(&front.generation);
             if self.kv_reserved + need > self.config.kv_capacity_tokens {
                 break;
             }
@@ -475,7 +474,7 @@ impl<B: Backend> Scheduler<B> {
         while i < self.running.len() {
             if self.running[i].cancel.load(Ordering::SeqCst) {
                 let mut a = self.running.swap_remove(i);
-                self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
+                self.kv_reserved -= self.reservation(&a.generation);
                 self.release_riders(a.id);
                 let finished = finish(&mut a, true);
                 (a.sink)(Event::Done(finished));
@@ -777,7 +776,7 @@ impl<B: Backend> Scheduler<B> {
             let all_done = prompts_done && a.choices.iter().all(|c| c.finish.is_some());
             if all_done || !alive {
                 let mut a = self.running.swap_remove(i);
-                self.kv_reserved -= a.generation.kv_tokens(self.backend.forks_share_prompt());
+                self.kv_reserved -= self.reservation(&a.generation);
                 self.release_riders(a.id);
                 let finished = finish(&mut a, !all_done);
                 (a.sink)(Event::Done(finished));
@@ -785,6 +784,12 @@ impl<B: Backend> Scheduler<B> {
                 i += 1;
             }
         }
+    }
+
+    /// KV positions a running request holds a reservation for: its prompts once where
+    /// the backend's branches share them.
+    fn reservation(&self, g: &Generation) -> usize {
+        g.kv_tokens(self.backend.forks_share_prompt())
     }
 
     /// Whether a prompt of `g` (`ids`) can wait for a running request's identical
@@ -806,9 +811,7 @@ impl<B: Backend> Scheduler<B> {
                 .prompts
                 .iter()
                 .zip(&a.generation.prompts)
-                .any(|(pr, theirs)| {
-                    pr.cache.is_some() && pr.rides_on.is_none() && theirs.as_slice() == ids
-                });
+                .any(|(pr, theirs)| pr.cache.is_some() && theirs.as_slice() == ids);
             (plain(&a.generation) && leads).then_some(a.id)
         })
     }

@@ -641,41 +641,42 @@ impl Model {
             // The positions this row sees: its own and those before it.
             let n = positions[r] + 1;
             let parts = cache.parts(at, n);
-            let mut scores = vec![0f32; group * n];
-            heads.fill(0.0);
-            if let [(keys, values, _)] = parts[..] {
-                ops.dots(q, group, keys, hd, &mut scores);
-                for row in scores.chunks_exact_mut(n) {
-                    ops.softmax(row, scale);
-                }
-                ops.weighted_sum(&scores, group, values, hd, heads);
-                return;
-            }
             // Positions in several parts (a prompt shared with other choices, then
             // this sequence's own): each part's scores go to their place in the rows,
             // and each part's values add to the heads in position order, so the sums
-            // are the ones a single part gives, bit for bit.
+            // are the ones a single part gives, bit for bit. A cache of one part (no
+            // sharing) uses the rows as they are.
+            let mut scores = vec![0f32; group * n];
             let mut part_rows = Vec::new();
-            let mut start = 0;
-            for &(keys, _, len) in &parts {
-                part_rows.resize(group * len, 0.0);
-                ops.dots(q, group, keys, hd, &mut part_rows);
-                for (row, part) in scores.chunks_exact_mut(n).zip(part_rows.chunks_exact(len)) {
-                    row[start..start + len].copy_from_slice(part);
+            if let [(keys, _, _)] = parts[..] {
+                ops.dots(q, group, keys, hd, &mut scores);
+            } else {
+                let mut start = 0;
+                for &(keys, _, len) in &parts {
+                    part_rows.resize(group * len, 0.0);
+                    ops.dots(q, group, keys, hd, &mut part_rows);
+                    for (row, part) in scores.chunks_exact_mut(n).zip(part_rows.chunks_exact(len)) {
+                        row[start..start + len].copy_from_slice(part);
+                    }
+                    start += len;
                 }
-                start += len;
             }
             for row in scores.chunks_exact_mut(n) {
                 ops.softmax(row, scale);
             }
-            let mut start = 0;
-            for &(_, values, len) in &parts {
-                part_rows.clear();
-                for row in scores.chunks_exact(n) {
-                    part_rows.extend_from_slice(&row[start..start + len]);
+            heads.fill(0.0);
+            if let [(_, values, _)] = parts[..] {
+                ops.weighted_sum(&scores, group, values, hd, heads);
+            } else {
+                let mut start = 0;
+                for &(_, values, len) in &parts {
+                    part_rows.clear();
+                    for row in scores.chunks_exact(n) {
+                        part_rows.extend_from_slice(&row[start..start + len]);
+                    }
+                    ops.weighted_sum(&part_rows, group, values, hd, heads);
+                    start += len;
                 }
-                ops.weighted_sum(&part_rows, group, values, hd, heads);
-                start += len;
             }
         });
     }
@@ -740,7 +741,7 @@ impl KvCache {
     /// share of each segment it shares, so that the caches that share one add up to
     /// its size.
     pub fn bytes(&self) -> usize {
-        let own = |k: &[Vec<f16>], v: &[Vec<f16>]| -> usize {
+        let capacity = |k: &[Vec<f16>], v: &[Vec<f16>]| -> usize {
             k.iter()
                 .chain(v)
                 .map(|b| b.capacity() * KV_VALUE_BYTES)
@@ -749,9 +750,9 @@ impl KvCache {
         let shared: usize = self
             .shared
             .iter()
-            .map(|s| own(&s.k, &s.v) / Arc::strong_count(s))
+            .map(|s| capacity(&s.k, &s.v) / Arc::strong_count(s))
             .sum();
-        own(&self.k, &self.v) + shared
+        capacity(&self.k, &self.v) + shared
     }
 
     /// Positions held in shared segments, before this cache's own.

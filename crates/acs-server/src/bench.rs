@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// Tokens decoded per sequence.
     #[arg(long, default_value_t = 64)]
     decode_tokens: usize,
-    /// Prompt tokens of the engine's long-prompt shape (one request, n=8).
+    /// Prompt tokens of the engine's long-prompt shapes (one request, eight, and one
+    /// with n=8).
     #[arg(long, default_value_t = 1024)]
     long_prompt_tokens: usize,
     /// Repetitions; medians are reported.
@@ -289,18 +290,15 @@ fn engine_bench(
         (1, 8, Some(long)),
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
-    // Prefills of the last run of each shape: eight requests of one prompt share one,
-    // as the n = 8 choices of one request do.
-    let mut prefills = vec![0; shapes.len()];
-    let mut kv_peak = 0;
+    // Each shape's last run, for its prefills (eight requests of one prompt share one,
+    // as the n = 8 choices of one request do) and its KV peak.
+    let mut last = Vec::new();
     for _ in 0..repeat.max(1) {
+        last.clear();
         for (i, &(concurrent, n, prompt)) in shapes.iter().enumerate() {
             let r = engine_run(model, concurrent, n, max_tokens, prompt)?;
             runs[i].push(r.tokens_per_sec);
-            prefills[i] = r.prefills;
-            if (n, prompt.is_some()) == (8, true) {
-                kv_peak = r.kv_bytes_peak;
-            }
+            last.push(r);
         }
     }
     let [one, x8, x32, n8, long_one, long_x8, long_n8] =
@@ -308,9 +306,9 @@ fn engine_bench(
     println!(
         "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {} prefill",
         x8 / one,
-        prefills[1],
+        last[1].prefills,
         x32 / one,
-        prefills[3]
+        last[3].prefills
     );
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let copies = 8 * (long.len() + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
@@ -318,8 +316,8 @@ fn engine_bench(
         "engine    {}-token prompt: requests x1 {long_one:7.1} tok/s | x8 {long_x8:7.1} tok/s ({:.2}x, {} prefill) | one request n=8 {long_n8:7.1} tok/s, KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
         long.len(),
         long_x8 / long_one,
-        prefills[5],
-        mib(kv_peak),
+        last[5].prefills,
+        mib(last[6].kv_bytes_peak),
         mib(copies)
     );
     Ok(())

@@ -279,10 +279,14 @@ def check_completion(c: dict, model: str = MODEL, choices: int | None = None) ->
 
 
 def check_usage(u: dict) -> None:
-    assert set(u) == {"prompt_tokens", "completion_tokens", "total_tokens"}, u
-    for v in u.values():
+    assert set(u) == {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}, u
+    counts = [u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]]
+    details = u["prompt_tokens_details"]
+    assert isinstance(details, dict) and set(details) == {"cached_tokens"}, u
+    for v in counts + [details["cached_tokens"]]:
         assert isinstance(v, int) and not isinstance(v, bool) and v >= 0, u
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+    assert details["cached_tokens"] <= u["prompt_tokens"], u
 
 
 # ---------------------------------------------------------------- fixtures

@@ -133,6 +133,17 @@ usage = {
                           "description": "Each prompt counted once, whatever n is."},
         "completion_tokens": {"type": "integer", "minimum": 0},
         "total_tokens": {"type": "integer", "minimum": 0},
+        "prompt_tokens_details": {
+            "type": "object", "additionalProperties": False,
+            "required": ["cached_tokens"],
+            "properties": {
+                "cached_tokens": {
+                    "type": "integer", "minimum": 0,
+                    "description": "Prompt tokens that branched from the engine's prompt cache "
+                                   "(an identical prompt prefilled earlier) instead of being "
+                                   "prefilled; still counted in prompt_tokens and charged."},
+            },
+        },
     },
 }
 activation = {

@@ -57,7 +57,10 @@ def test_job_result_arithmetic_matches_completion(api):
     api.wait_job(j["id"])
     c = api.get(j["result_url"]).json()
     direct = api.ok_complete(**{k: v for k, v in body.items() if k != "model"})
-    assert c["usage"] == direct["usage"]
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    # The direct request may branch from the prompts the job prefilled (its
+    # prompt_tokens_details then says so): the counts are the same.
+    assert [c["usage"][k] for k in counts] == [direct["usage"][k] for k in counts]
     assert [ch["text"] for ch in c["choices"]] == [ch["text"] for ch in direct["choices"]]
 
 

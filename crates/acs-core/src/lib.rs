@@ -29,6 +29,7 @@ pub use ids::{JobId, KeyHash};
 pub use job::{Job, JobObject, JobResult, JobStatus, Outcome};
 pub use request::{CompletionRequest, Endpoint, Prompt, PromptItem};
 pub use response::{
-    BudgetView, Choice, Completion, CompletionChunk, FinishReason, ModelInfo, Usage,
+    BudgetView, Choice, Completion, CompletionChunk, FinishReason, ModelInfo, PromptTokensDetails,
+    Usage,
 };
 pub use store::{ApiKey, Budget, Hold, MemoryStore, Store};

@@ -51,6 +51,19 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Their sum.
     pub total_tokens: u64,
+    /// Where the prompt tokens came from (OpenAI's field of the same name). Absent
+    /// from older stored results and upstreams, hence the default.
+    #[serde(default)]
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// The part of `prompt_tokens` an engine did not compute for this request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Tokens of the prompts that branched from the engine's prompt cache (an
+    /// identical prompt prefilled for an earlier request) instead of being prefilled.
+    /// They still count in `prompt_tokens`, and are charged.
+    pub cached_tokens: u64,
 }
 
 impl Usage {
@@ -62,7 +75,14 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails::default(),
         }
+    }
+
+    /// This usage, with `cached_tokens` of its prompt tokens from the prompt cache.
+    pub fn with_cached_tokens(mut self, cached_tokens: u64) -> Self {
+        self.prompt_tokens_details.cached_tokens = cached_tokens;
+        self
     }
 }
 

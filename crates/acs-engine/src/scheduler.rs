@@ -129,6 +129,9 @@ pub struct Stats {
     pub prefills: u64,
     /// Prompt tokens prefilled.
     pub prefill_tokens: u64,
+    /// Prompts that branched from the prompt cache: an identical prompt prefilled
+    /// earlier, kept after its request ended (see [`SchedulerConfig::prompt_cache`]).
+    pub prompt_cache_hits: u64,
     /// Tokens decoded (fed back one per choice per step).
     pub decode_tokens: u64,
     /// Most sequences in one step.
@@ -145,6 +148,13 @@ pub struct SchedulerConfig {
     pub kv_capacity_tokens: usize,
     /// Most prompt tokens prefilled in one step, across requests.
     pub prefill_chunk: usize,
+    /// Prompts kept after their requests end, so that a later request with the same
+    /// tokens branches from one instead of prefilling it again (0: none). Kept
+    /// prompts use KV memory that no request holds, and give it up, the least
+    /// recently used first, whenever a request needs the room. Only where branches
+    /// share their prompt's positions (the CPU backend), and only for requests that
+    /// neither steer, read out activations, nor score their prompt.
+    pub prompt_cache: usize,
 }
 
 impl SchedulerConfig {
@@ -172,9 +182,30 @@ impl SchedulerConfig {
         SchedulerConfig {
             kv_capacity_tokens: kv_bytes / model.config.kv_bytes_per_token(),
             prefill_chunk: 256,
+            prompt_cache: PROMPT_CACHE_ENTRIES,
         }
     }
 }
+
+/// Prompts [`SchedulerConfig::with_kv_bytes`] keeps: each holds its last position's
+/// logits (192 KiB at the default model's vocabulary) beside its KV positions.
+pub const PROMPT_CACHE_ENTRIES: usize = 64;
+
+/// A prompt whose prefill ended, kept for later requests with the same tokens.
+struct KeptPrompt<C> {
+    ids: Vec<u32>,
+    /// A branch of the prompt's cache that holds its positions and no room: every
+    /// later request branches from it as a choice branches from its prompt.
+    cache: C,
+    /// The last position's logits, which each choice samples its first token from.
+    logits: Vec<f32>,
+    /// The scheduler's clock when it was last used, for evicting the least recent.
+    used: u64,
+}
+
+/// A branch of a kept prompt's cache, and the logits its choices sample their first
+/// tokens from.
+type KeptBranch<C> = (C, Vec<f32>);
 
 /// One echoed prompt token: its id, log-probability (none for the first) and the
 /// likeliest alternatives at its position.
@@ -194,6 +225,9 @@ struct PromptRun<C> {
     captured: BTreeMap<usize, Vec<f32>>,
     /// Echoed prompt log-probabilities: (token, logprob, top) per position.
     echo: Vec<EchoEntry>,
+    /// Whether the prompt branched from a kept prompt (see
+    /// [`SchedulerConfig::prompt_cache`]) instead of being prefilled.
+    cached: bool,
     /// The logits row of the last position seen, for the next echo entry.
     last_row: Option<Vec<f32>>,
 }
@@ -249,8 +283,12 @@ pub struct Scheduler<B: Backend = Model> {
     waiting: VecDeque<Active<B::Cache>>,
     running: Vec<Active<B::Cache>>,
     kv_reserved: usize,
+    /// The prompt cache (see [`SchedulerConfig::prompt_cache`]).
+    kept: Vec<KeptPrompt<B::Cache>>,
+    /// KV positions the kept prompts hold, reserved beside the running requests'.
+    kept_tokens: usize,
     stats: Stats,
-    /// The next request's [`Active::id`].
+    /// The next request's [`Active::id`], and the prompt cache's clock.
     next_id: u64,
 }
 
@@ -260,6 +298,7 @@ impl<B: Backend> std::fmt::Debug for Scheduler<B> {
             .field("waiting", &self.waiting.len())
             .field("running", &self.running.len())
             .field("kv_reserved", &self.kv_reserved)
+            .field("kept_prompts", &self.kept.len())
             .field("stats", &self.stats)
             .finish()
     }
@@ -282,6 +321,8 @@ impl<B: Backend> Scheduler<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             kv_reserved: 0,
+            kept: Vec::new(),
+            kept_tokens: 0,
             stats: Stats::default(),
             next_id: 0,
         }
@@ -323,6 +364,7 @@ impl<B: Backend> Scheduler<B> {
                 rides_on: None,
                 captured: BTreeMap::new(),
                 echo: Vec::new(),
+                cached: false,
                 last_row: None,
             })
             .collect();
@@ -344,7 +386,12 @@ impl<B: Backend> Scheduler<B> {
     /// Natively the CPU backend's step is ready at once: [`Scheduler::step_blocking`]
     /// runs it to its end.
     pub async fn step(&mut self) {
-        self.admit();
+        if let Err(e) = self.admit() {
+            self.fail_all(ApiError::internal(format!(
+                "branching a kept prompt failed: {e}"
+            )));
+            return;
+        }
         self.drop_cancelled();
         if self.running.is_empty() {
             return;
@@ -409,7 +456,12 @@ impl<B: Backend> Scheduler<B> {
                     .map(|c| backend.cache_bytes(c))
                     .sum::<usize>()
             })
-            .sum();
+            .sum::<usize>()
+            + self
+                .kept
+                .iter()
+                .map(|k| backend.cache_bytes(&k.cache))
+                .sum::<usize>();
         self.stats.kv_bytes_peak = self.stats.kv_bytes_peak.max(bytes as u64);
     }
 
@@ -446,10 +498,15 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    fn admit(&mut self) {
+    /// Starts the waiting requests that fit, in order; kept prompts give up their
+    /// room first. A prompt found in the prompt cache branches its choices at once.
+    fn admit(&mut self) -> Result<(), B::Error> {
         while let Some(front) = self.waiting.front() {
             let need = self.reservation(&front.generation);
-            if self.kv_reserved + need > self.config.kv_capacity_tokens {
+            let fits =
+                |s: &Self| s.kv_reserved + s.kept_tokens + need <= s.config.kv_capacity_tokens;
+            while !fits(self) && self.evict_kept() {}
+            if !fits(self) {
                 break;
             }
             self.kv_reserved += need;
@@ -457,15 +514,89 @@ impl<B: Backend> Scheduler<B> {
             // Each prompt's cache has the room of one choice (its last choice takes
             // it over): the prompt and the completion. A prompt that another running
             // request is prefilling already waits for that one's cache instead.
-            let g = &a.generation;
-            for (pr, ids) in a.prompts.iter_mut().zip(&g.prompts) {
+            let mut hits = Vec::new();
+            for (pi, ids) in a.generation.prompts.iter().enumerate() {
+                let g = &a.generation;
+                let pr = &mut a.prompts[pi];
+                if let Some((cache, logits)) = self.branch_kept(g, ids)? {
+                    pr.cache = Some(cache);
+                    pr.cached = true;
+                    hits.push((pi, ids.len(), logits));
+                    continue;
+                }
                 pr.rides_on = self.leader_for(g, ids);
                 if pr.rides_on.is_none() {
                     pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
                 }
             }
             self.running.push(a);
+            let request = self.running.len() - 1;
+            for (prompt, len, logits) in hits {
+                self.stats.prompt_cache_hits += 1;
+                let out = acs_llama::model::SeqOutput {
+                    logits,
+                    captured: Vec::new(),
+                };
+                self.after_prefill(request, prompt, len, out, false)?;
+            }
         }
+        Ok(())
+    }
+
+    /// A branch of the kept prompt with these tokens, for a prompt of `g`, with the
+    /// logits its choices sample their first tokens from; `None` when none is kept
+    /// (or `g` may not use one: see [`plain`]).
+    fn branch_kept(
+        &mut self,
+        g: &Generation,
+        ids: &[u32],
+    ) -> Result<Option<KeptBranch<B::Cache>>, B::Error> {
+        if !plain(g) {
+            return Ok(None);
+        }
+        self.next_id += 1;
+        let now = self.next_id;
+        let Some(k) = self.kept.iter_mut().find(|k| k.ids == ids) else {
+            return Ok(None);
+        };
+        k.used = now;
+        let cache = self.backend.fork(&mut k.cache, ids.len() + g.max_tokens)?;
+        Ok(Some((cache, k.logits.clone())))
+    }
+
+    /// Keeps a prompt whose prefill just ended (`cache`: a branch of it with no room
+    /// of its own), if the prompt cache takes it: the least recently used kept
+    /// prompts make way for it, within the entries allowed and the KV room that no
+    /// request reserved.
+    fn keep(&mut self, ids: Vec<u32>, cache: B::Cache, logits: Vec<f32>) {
+        self.next_id += 1;
+        let now = self.next_id;
+        if let Some(k) = self.kept.iter_mut().find(|k| k.ids == ids) {
+            k.used = now;
+            return;
+        }
+        let room =
+            |s: &Self| s.kv_reserved + s.kept_tokens + ids.len() <= s.config.kv_capacity_tokens;
+        while (self.kept.len() >= self.config.prompt_cache || !room(self)) && self.evict_kept() {}
+        if self.kept.len() < self.config.prompt_cache && room(self) {
+            self.kept_tokens += ids.len();
+            self.kept.push(KeptPrompt {
+                ids,
+                cache,
+                logits,
+                used: now,
+            });
+        }
+    }
+
+    /// Drops the least recently used kept prompt; false when none is kept.
+    fn evict_kept(&mut self) -> bool {
+        let Some(oldest) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used) else {
+            return false;
+        };
+        let k = self.kept.swap_remove(oldest);
+        self.kept_tokens -= k.ids.len();
+        true
     }
 
     /// Ends requests whose ticket was cancelled, reporting what they generated.
@@ -653,7 +784,19 @@ impl<B: Backend> Scheduler<B> {
         if ran {
             self.stats.prefills += 1;
         }
-        let cache = pr.cache.take().expect("prefilled prompt has its cache");
+        let mut cache = pr.cache.take().expect("prefilled prompt has its cache");
+        // A prompt this request prefilled itself goes to the prompt cache: a branch
+        // that holds its positions, for later requests with the same tokens.
+        let keep = ran && self.config.prompt_cache > 0 && backend.forks_share_prompt() && plain(g);
+        let kept = if keep {
+            Some((
+                ids.clone(),
+                backend.fork(&mut cache, ids.len())?,
+                logits.clone(),
+            ))
+        } else {
+            None
+        };
         if let Some((layers, positions)) = &g.capture {
             let d = model.config.d_model;
             for &layer in layers {
@@ -749,6 +892,9 @@ impl<B: Backend> Scheduler<B> {
             }
             a.choices.push(choice);
         }
+        if let Some((ids, cache, logits)) = kept {
+            self.keep(ids, cache, logits);
+        }
         Ok(())
     }
 
@@ -794,15 +940,9 @@ impl<B: Backend> Scheduler<B> {
 
     /// Whether a prompt of `g` (`ids`) can wait for a running request's identical
     /// prompt to be prefilled and branch from its cache (the leader's [`Active::id`]):
-    /// where branches share their prompt's positions, and when neither request steers
-    /// the residual stream, reads it out, or scores the prompt's tokens (any of which
-    /// makes the prefill differ, or needs more from it than its last logits).
+    /// where branches share their prompt's positions, and when both requests are
+    /// [`plain`].
     fn leader_for(&self, g: &Generation, ids: &[u32]) -> Option<u64> {
-        let plain = |g: &Generation| {
-            g.steering.is_empty()
-                && g.capture.is_none()
-                && !(g.echo && g.sampling.logprobs.is_some())
-        };
         if !self.backend.forks_share_prompt() || !plain(g) {
             return None;
         }
@@ -888,6 +1028,14 @@ impl<B: Backend> Scheduler<B> {
         }
         self.kv_reserved = 0;
     }
+}
+
+/// Whether a request's prompts may be shared with other requests' identical ones
+/// (prefilled once, or kept for later): when it neither steers the residual stream,
+/// reads it out, nor scores its prompt's tokens (any of which makes the prefill
+/// differ, or needs more from it than its last logits).
+fn plain(g: &Generation) -> bool {
+    g.steering.is_empty() && g.capture.is_none() && !(g.echo && g.sampling.logprobs.is_some())
 }
 
 /// Alternatives as the contract's map from token text to log-probability. Tokens can
@@ -983,9 +1131,10 @@ fn finish<C>(a: &mut Active<C>, cancelled: bool) -> Finished {
     let generated: Vec<usize> = a.choices.iter().map(|c| c.generated).collect();
     // A prompt counts once it was (at least partly) computed.
     let prompt_lens: Vec<usize> = a.prompts.iter().map(|p| p.done).collect();
+    let cached: usize = a.prompts.iter().filter(|p| p.cached).map(|p| p.done).sum();
     Finished {
         choices,
-        usage: Usage::new(&prompt_lens, &generated),
+        usage: Usage::new(&prompt_lens, &generated).with_cached_tokens(cached as u64),
         activations: std::mem::take(&mut a.activations),
         cancelled,
     }

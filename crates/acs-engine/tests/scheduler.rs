@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use acs_core::{CompletionRequest, Endpoint, FinishReason};
 use acs_engine::generation::model_info;
+use acs_engine::scheduler::PROMPT_CACHE_ENTRIES;
 use acs_engine::{Event, Finished, Scheduler, SchedulerConfig, prepare};
 use acs_llama::gguf::GgufFile;
 use acs_llama::model::Model;
@@ -30,6 +31,7 @@ fn chunked_scheduler(model: &Arc<Model>, prefill_chunk: usize) -> Scheduler {
         SchedulerConfig {
             kv_capacity_tokens: 1024,
             prefill_chunk,
+            prompt_cache: PROMPT_CACHE_ENTRIES,
         },
     )
 }
@@ -346,6 +348,7 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
         SchedulerConfig {
             kv_capacity_tokens: 30,
             prefill_chunk: 256,
+            prompt_cache: PROMPT_CACHE_ENTRIES,
         },
     );
     let a = submit(
@@ -420,6 +423,7 @@ fn kv_memory_held_stays_within_what_was_reserved() {
             kv_capacity_tokens: 21 + 4 * 6,
             // Prefilled in chunks, so the prompt's cache fills over several steps.
             prefill_chunk: 8,
+            prompt_cache: PROMPT_CACHE_ENTRIES,
         },
     );
     let log = submit(
@@ -446,6 +450,7 @@ fn the_engine_refuses_what_could_never_fit() {
     let config = SchedulerConfig {
         kv_capacity_tokens: 30,
         prefill_chunk: 256,
+        prompt_cache: PROMPT_CACHE_ENTRIES,
     };
     let engine = acs_engine::Engine::start(Arc::clone(&m), config);
     let generation = |max_tokens: u32| {
@@ -528,4 +533,102 @@ fn a_waiting_prompt_prefills_itself_when_the_one_it_waits_for_leaves() {
     assert!(!got.cancelled);
     assert_eq!(texts(&got), texts(&alone(&m, &body(2))));
     assert_eq!(s.stats().prefills, 1, "the second prompt's own prefill");
+}
+
+/// A request whose prompt an earlier request prefilled branches from the kept prompt
+/// instead of prefilling it again, and gets exactly what it gets alone: the same
+/// texts and the same log-probabilities, bit for bit; its usage counts the prompt's
+/// tokens as cached. Requests that score their
+/// prompt (echo with logprobs) neither keep their prompt nor use a kept one.
+#[test]
+fn a_prompt_kept_from_an_earlier_request_is_not_prefilled_again() {
+    let m = model();
+    let prompt: Vec<u32> = (1..=20).collect();
+    let body = |seed: u32, n: u32| json!({"model":"m","prompt":prompt,"max_tokens":6,"n":n,"temperature":1,"seed":seed,"logprobs":2});
+    let mut s = scheduler(&m);
+    for (i, b) in [body(1, 2), body(2, 3), body(1, 2)].iter().enumerate() {
+        let log = submit(&mut s, b.clone());
+        run_to_end(&mut s);
+        let (got, want) = (done(&log), alone(&m, b));
+        assert_eq!(got.choices, want.choices, "request {i}: texts and logprobs");
+        let cached = if i == 0 { 0 } else { prompt.len() as u64 };
+        assert_eq!(
+            got.usage,
+            want.usage.with_cached_tokens(cached),
+            "request {i}: the prompt still counts, and says it was cached"
+        );
+        let stats = s.stats();
+        assert_eq!(
+            (stats.prefills, stats.prompt_cache_hits),
+            (1, i as u64),
+            "request {i}"
+        );
+    }
+    let mut scored = body(3, 1);
+    scored["echo"] = json!(true);
+    for _ in 0..2 {
+        let log = submit(&mut s, scored.clone());
+        run_to_end(&mut s);
+        assert_eq!(done(&log).choices, alone(&m, &scored).choices);
+    }
+    let stats = s.stats();
+    assert_eq!(
+        (stats.prefills, stats.prompt_cache_hits),
+        (3, 2),
+        "an echo with logprobs prefills its prompt every time"
+    );
+}
+
+/// Kept prompts take only KV room that no request reserved, give it up (the least
+/// recently used first) as soon as a request needs it, and stay within the number of
+/// prompts the config keeps: the memory held never passes the capacity.
+#[test]
+fn kept_prompts_give_their_room_to_requests() {
+    let m = model();
+    let per_token = m.config.kv_bytes_per_token();
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 40,
+            prefill_chunk: 256,
+            prompt_cache: 2,
+        },
+    );
+    let body = |first: u32, len: u32, max_tokens: u32| {
+        let prompt: Vec<u32> = (first..first + len).collect();
+        json!({"model":"m","prompt":prompt,"max_tokens":max_tokens,"temperature":0})
+    };
+    let run = |s: &mut Scheduler, b: Value| {
+        let log = submit(s, b.clone());
+        run_to_end(s);
+        let got = done(&log);
+        assert_eq!(got.choices, alone(&m, &b).choices, "{b}");
+        s.stats()
+    };
+    let hits = |stats: acs_engine::Stats| (stats.prefills, stats.prompt_cache_hits);
+    // Two prompts of 10 tokens are kept (20 of the 40 positions); a third takes the
+    // place of the least recently used (the first), which then prefills again.
+    run(&mut s, body(1, 10, 5));
+    run(&mut s, body(20, 10, 5));
+    run(&mut s, body(40, 10, 5));
+    assert_eq!(hits(run(&mut s, body(1, 10, 5))), (4, 0));
+    assert_eq!(hits(run(&mut s, body(1, 10, 5))), (4, 1));
+    // Prompts 40 and 1 are kept; a request of 30 positions (that keeps nothing: it
+    // scores its prompt) needs the room of one of them, and the least recently
+    // used (40) goes.
+    let mut scored = body(60, 10, 20);
+    scored["echo"] = json!(true);
+    scored["logprobs"] = json!(1);
+    run(&mut s, scored);
+    assert_eq!(hits(run(&mut s, body(1, 10, 5))), (5, 2));
+    // A request of all 40 positions takes the room of every kept prompt.
+    run(&mut s, body(80, 20, 20));
+    let stats = run(&mut s, body(1, 10, 5));
+    assert_eq!(hits(stats), (7, 2));
+    assert!(
+        stats.kv_bytes_peak as usize <= 40 * per_token,
+        "held {} bytes, room for {}",
+        stats.kv_bytes_peak,
+        40 * per_token
+    );
 }

@@ -777,7 +777,9 @@ impl KvCache {
     /// there, trimmed to their length, and it keeps growing in new ones with the room
     /// it had left): nothing is copied, and each cache appends on its own from there,
     /// the branch with room reserved up to `positions` so that its first token does
-    /// not reallocate.
+    /// not reallocate. A cache that holds no positions of its own (all shared) is left
+    /// as it is: a kept prompt (see the engine's prompt cache) stays at its size
+    /// however many branches it gives.
     pub fn fork(&mut self, positions: usize) -> KvCache {
         let hd = self.head_dim;
         let room = positions.saturating_sub(self.len) * hd;
@@ -800,8 +802,6 @@ impl KvCache {
                 len: own,
             };
             self.shared.push(Arc::new(segment));
-        } else {
-            self.reserve(positions);
         }
         KvCache {
             shared: self.shared.clone(),

@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// KV cache memory for all running sequences together, in MiB.
     #[arg(long, default_value_t = 2048)]
     kv_mib: usize,
+    /// Prompts kept after their requests end, so that later requests with the same
+    /// prompt skip its prefill (0: none). They use KV memory no request holds and give
+    /// it up to requests that need it. CPU backend only.
+    #[arg(long, default_value_t = acs_engine::scheduler::PROMPT_CACHE_ENTRIES)]
+    prompt_cache: usize,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
@@ -96,7 +101,10 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         &model,
         &path,
         a.backend,
-        SchedulerConfig::with_kv_bytes(&model, a.kv_mib << 20),
+        SchedulerConfig {
+            prompt_cache: a.prompt_cache,
+            ..SchedulerConfig::with_kv_bytes(&model, a.kv_mib << 20)
+        },
     )?;
     eprintln!("acs: batches step on {}", engine.backend());
     let web = a.web.or_else(|| {

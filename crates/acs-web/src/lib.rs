@@ -223,14 +223,15 @@ impl Acs {
         self.rt.backend().to_owned()
     }
 
-    /// Work counters: steps, prefills, prefill and decode tokens, largest batch, most
-    /// KV cache bytes held at once.
+    /// Work counters: steps, prefills, prefill and decode tokens, prompts branched
+    /// from the prompt cache, largest batch, most KV cache bytes held at once.
     pub fn stats(&self) -> JsValue {
         let s = self.rt.stats();
         to_js(&serde_json::json!({
             "steps": s.steps,
             "prefills": s.prefills,
             "prefill_tokens": s.prefill_tokens,
+            "prompt_cache_hits": s.prompt_cache_hits,
             "decode_tokens": s.decode_tokens,
             "max_batch": s.max_batch,
             "kv_bytes_peak": s.kv_bytes_peak,

@@ -139,9 +139,10 @@ usage = {
             "properties": {
                 "cached_tokens": {
                     "type": "integer", "minimum": 0,
-                    "description": "Prompt tokens that branched from the engine's prompt cache "
-                                   "(an identical prompt prefilled earlier) instead of being "
-                                   "prefilled; still counted in prompt_tokens and charged."},
+                    "description": "Prompt tokens the engine took from its prompt cache (a "
+                                   "prompt prefilled earlier, identical or sharing their "
+                                   "beginning) instead of prefilling them; still counted in "
+                                   "prompt_tokens and charged."},
             },
         },
     },

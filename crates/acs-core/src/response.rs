@@ -60,9 +60,9 @@ pub struct Usage {
 /// The part of `prompt_tokens` an engine did not compute for this request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromptTokensDetails {
-    /// Tokens of the prompts that branched from the engine's prompt cache (an
-    /// identical prompt prefilled for an earlier request) instead of being prefilled.
-    /// They still count in `prompt_tokens`, and are charged.
+    /// Prompt tokens the engine took from its prompt cache (a prompt prefilled for an
+    /// earlier request, identical or sharing their beginning) instead of prefilling
+    /// them. They still count in `prompt_tokens`, and are charged.
     pub cached_tokens: u64,
 }
 

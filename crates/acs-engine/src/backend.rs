@@ -39,6 +39,20 @@ pub trait Backend {
         false
     }
 
+    /// A cache of its own holding the first `prefix` positions of `cache`, with room
+    /// for `positions`: a prompt that begins with a kept prompt's tokens prefills only
+    /// the rest. `None` where the backend keeps no prompts (see
+    /// [`Backend::forks_share_prompt`]).
+    fn copy_prefix(
+        &self,
+        cache: &Self::Cache,
+        prefix: usize,
+        positions: usize,
+    ) -> Option<Self::Cache> {
+        let _ = (cache, prefix, positions);
+        None
+    }
+
     /// Memory `cache` takes, in bytes (its capacity).
     fn cache_bytes(&self, cache: &Self::Cache) -> usize;
 
@@ -68,6 +82,10 @@ impl Backend for Model {
 
     fn forks_share_prompt(&self) -> bool {
         true
+    }
+
+    fn copy_prefix(&self, cache: &KvCache, prefix: usize, positions: usize) -> Option<KvCache> {
+        Some(cache.copy_prefix(prefix, positions.min(self.config.context)))
     }
 
     fn cache_bytes(&self, cache: &KvCache) -> usize {

@@ -129,8 +129,9 @@ pub struct Stats {
     pub prefills: u64,
     /// Prompt tokens prefilled.
     pub prefill_tokens: u64,
-    /// Prompts that branched from the prompt cache: an identical prompt prefilled
-    /// earlier, kept after its request ended (see [`SchedulerConfig::prompt_cache`]).
+    /// Prompts that started from the prompt cache (see
+    /// [`SchedulerConfig::prompt_cache`]): branched from an identical prompt prefilled
+    /// earlier, or from a copy of the beginning they share with one.
     pub prompt_cache_hits: u64,
     /// Tokens decoded (fed back one per choice per step).
     pub decode_tokens: u64,
@@ -149,7 +150,9 @@ pub struct SchedulerConfig {
     /// Most prompt tokens prefilled in one step, across requests.
     pub prefill_chunk: usize,
     /// Prompts kept after their requests end, so that a later request with the same
-    /// tokens branches from one instead of prefilling it again (0: none). Kept
+    /// tokens branches from one instead of prefilling it again, and one that begins
+    /// with at least [`PREFIX_MIN_TOKENS`] of a kept prompt's tokens starts from a
+    /// copy of them and prefills only the rest (0: none). Kept
     /// prompts use KV memory that no request holds, and give it up, the least
     /// recently used first, whenever a request needs the room. Only where branches
     /// share their prompt's positions (the CPU backend), and only for requests that
@@ -191,7 +194,12 @@ impl SchedulerConfig {
 /// logits (192 KiB at the default model's vocabulary) beside its KV positions.
 pub const PROMPT_CACHE_ENTRIES: usize = 64;
 
-/// A prompt whose prefill ended, kept for later requests with the same tokens.
+/// The fewest tokens a prompt must share with the beginning of a kept prompt to start
+/// from a copy of them: below that, finding and copying them saves little.
+pub const PREFIX_MIN_TOKENS: usize = 16;
+
+/// A prompt whose prefill ended, kept for later requests with the same tokens (or
+/// that begin with some of them).
 struct KeptPrompt<C> {
     ids: Vec<u32>,
     /// A branch of the prompt's cache that holds its positions and no room: every
@@ -225,9 +233,10 @@ struct PromptRun<C> {
     captured: BTreeMap<usize, Vec<f32>>,
     /// Echoed prompt log-probabilities: (token, logprob, top) per position.
     echo: Vec<EchoEntry>,
-    /// Whether the prompt branched from a kept prompt (see
-    /// [`SchedulerConfig::prompt_cache`]) instead of being prefilled.
-    cached: bool,
+    /// Its first tokens that came from a kept prompt (see
+    /// [`SchedulerConfig::prompt_cache`]) instead of being prefilled: all of them, or
+    /// the ones it begins with.
+    cached: usize,
     /// The logits row of the last position seen, for the next echo entry.
     last_row: Option<Vec<f32>>,
 }
@@ -364,7 +373,7 @@ impl<B: Backend> Scheduler<B> {
                 rides_on: None,
                 captured: BTreeMap::new(),
                 echo: Vec::new(),
-                cached: false,
+                cached: 0,
                 last_row: None,
             })
             .collect();
@@ -520,12 +529,19 @@ impl<B: Backend> Scheduler<B> {
                 let pr = &mut a.prompts[pi];
                 if let Some((cache, logits)) = self.branch_kept(g, ids)? {
                     pr.cache = Some(cache);
-                    pr.cached = true;
+                    pr.cached = ids.len();
                     hits.push((pi, ids.len(), logits));
                     continue;
                 }
                 pr.rides_on = self.leader_for(g, ids);
-                if pr.rides_on.is_none() {
+                if pr.rides_on.is_some() {
+                    continue;
+                }
+                if let Some((cache, prefix)) = self.kept_prefix(g, ids) {
+                    self.stats.prompt_cache_hits += 1;
+                    pr.cache = Some(cache);
+                    (pr.done, pr.cached) = (prefix, prefix);
+                } else {
                     pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
                 }
             }
@@ -562,6 +578,32 @@ impl<B: Backend> Scheduler<B> {
         k.used = now;
         let cache = self.backend.fork(&mut k.cache, ids.len() + g.max_tokens)?;
         Ok(Some((cache, k.logits.clone())))
+    }
+
+    /// A cache holding the longest beginning that a kept prompt shares with `ids` (a
+    /// prompt of `g`), when it is at least [`PREFIX_MIN_TOKENS`] long, and that
+    /// length: the prompt prefills only the rest. It stops one token short of the
+    /// whole prompt, whose last logits a kept prompt of other tokens does not have.
+    fn kept_prefix(&mut self, g: &Generation, ids: &[u32]) -> Option<(B::Cache, usize)> {
+        if !plain(g) || ids.len() <= PREFIX_MIN_TOKENS {
+            return None;
+        }
+        let shared = |k: &KeptPrompt<B::Cache>| {
+            let n = k.ids.iter().zip(ids).take_while(|(a, b)| a == b).count();
+            n.min(ids.len() - 1)
+        };
+        let (best, prefix) = (0..self.kept.len())
+            .map(|i| (i, shared(&self.kept[i])))
+            .max_by_key(|&(_, n)| n)?;
+        if prefix < PREFIX_MIN_TOKENS {
+            return None;
+        }
+        let cache =
+            self.backend
+                .copy_prefix(&self.kept[best].cache, prefix, ids.len() + g.max_tokens)?;
+        self.next_id += 1;
+        self.kept[best].used = self.next_id;
+        Some((cache, prefix))
     }
 
     /// Keeps a prompt whose prefill just ended (`cache`: a branch of it with no room
@@ -1131,7 +1173,7 @@ fn finish<C>(a: &mut Active<C>, cancelled: bool) -> Finished {
     let generated: Vec<usize> = a.choices.iter().map(|c| c.generated).collect();
     // A prompt counts once it was (at least partly) computed.
     let prompt_lens: Vec<usize> = a.prompts.iter().map(|p| p.done).collect();
-    let cached: usize = a.prompts.iter().filter(|p| p.cached).map(|p| p.done).sum();
+    let cached: usize = a.prompts.iter().map(|p| p.cached.min(p.done)).sum();
     Finished {
         choices,
         usage: Usage::new(&prompt_lens, &generated).with_cached_tokens(cached as u64),

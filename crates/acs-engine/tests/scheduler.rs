@@ -632,3 +632,32 @@ fn kept_prompts_give_their_room_to_requests() {
         40 * per_token
     );
 }
+
+/// A prompt that begins with a kept prompt's first tokens (at least 16 of them)
+/// starts from a copy of them and prefills only the rest, with exactly the results it
+/// gets alone; its usage counts those tokens as cached. A prompt that is the
+/// beginning of a kept one prefills its last token (for its logits), and one that
+/// shares fewer than 16 tokens prefills them all.
+#[test]
+fn a_prompt_that_begins_with_a_kept_one_prefills_only_the_rest() {
+    let m = model();
+    let body = |prompt: Vec<u32>| json!({"model":"m","prompt":prompt,"max_tokens":5,"n":2,"temperature":1,"seed":9,"logprobs":1});
+    let kept: Vec<u32> = (1..=40).collect();
+    let longer: Vec<u32> = (1..=30).chain(100..110).collect();
+    let shorter: Vec<u32> = (1..=20).collect();
+    let few: Vec<u32> = (1..=10).chain(200..220).collect();
+    let mut s = scheduler(&m);
+    let log = submit(&mut s, body(kept));
+    run_to_end(&mut s);
+    assert!(!done(&log).cancelled);
+    for (prompt, prefilled, cached) in [(longer, 10, 30), (shorter, 1, 19), (few, 30, 0)] {
+        let before = s.stats().prefill_tokens;
+        let b = body(prompt);
+        let log = submit(&mut s, b.clone());
+        run_to_end(&mut s);
+        let (got, want) = (done(&log), alone(&m, &b));
+        assert_eq!(got.choices, want.choices, "{b}");
+        assert_eq!(got.usage, want.usage.with_cached_tokens(cached), "{b}");
+        assert_eq!(s.stats().prefill_tokens - before, prefilled, "{b}");
+    }
+}

@@ -813,6 +813,33 @@ impl KvCache {
         }
     }
 
+    /// A cache of its own (sharing nothing) that holds a copy of this cache's first
+    /// `prefix` positions, with room up to `positions`: a prompt that begins with the
+    /// tokens of a prompt prefilled earlier prefills only the rest. A position's keys
+    /// and values depend on the tokens up to it alone, so the copy holds what
+    /// prefilling those tokens again would give.
+    pub fn copy_prefix(&self, prefix: usize, positions: usize) -> KvCache {
+        assert!(prefix <= self.len, "{prefix} of {} positions", self.len);
+        let hd = self.head_dim;
+        let room = positions.max(prefix) * hd;
+        let copy = |at: usize, values: bool| {
+            let mut buf = Vec::with_capacity(room);
+            for (k, v, _) in self.parts(at, prefix) {
+                buf.extend_from_slice(if values { v } else { k });
+            }
+            buf
+        };
+        let heads = self.k.len();
+        KvCache {
+            shared: Vec::new(),
+            k: (0..heads).map(|at| copy(at, false)).collect(),
+            v: (0..heads).map(|at| copy(at, true)).collect(),
+            len: prefix,
+            head_dim: hd,
+            n_kv_heads: self.n_kv_heads,
+        }
+    }
+
     /// The keys and values of (layer, head) `at` for the first `n` positions, part by
     /// part (shared segments, then this cache's own), with each part's positions. The
     /// own part's length is its buffer's: a step appends its positions layer by layer
@@ -996,6 +1023,30 @@ mod tests {
             for (a, b) in shared.iter().zip(&copies) {
                 assert_eq!(a.len(), b.len());
             }
+        }
+    }
+
+    /// A cache that copies the first positions of another (here one in two parts: a
+    /// shared segment and its own positions after it) and prefills the rest of the
+    /// tokens gives the logits of prefilling them all, bit for bit: at a prefix
+    /// inside the segment and at one that takes some of the own positions too.
+    #[test]
+    fn a_copied_prefix_continues_as_the_whole_prompt() {
+        let m = model(&TestModelSpec::tiny());
+        let tokens: Vec<u32> = (1..=43).map(|i| i * 5 % 300).collect();
+        let mut prompt = [m.new_cache()];
+        step(&m, &mut prompt, &[tokens[..40].to_vec()]);
+        let [mut prompt] = prompt;
+        let mut branch = [prompt.fork(64)];
+        step(&m, &mut branch, &[tokens[40..].to_vec()]);
+        let mut whole = [m.new_cache()];
+        let want = step(&m, &mut whole, std::slice::from_ref(&tokens));
+        let vocab = m.config.vocab;
+        for prefix in [25, 42] {
+            let mut copy = [branch[0].copy_prefix(prefix, 64)];
+            assert!(copy[0].bytes() >= 64 * m.config.kv_bytes_per_token());
+            let got = step(&m, &mut copy, &[tokens[prefix..].to_vec()]);
+            assert_eq!(got[0][..], want[0][prefix * vocab..], "prefix {prefix}");
         }
     }
 }

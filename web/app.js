@@ -163,7 +163,9 @@ function buildGrid(ps, n) {
 function showUsage(usage, secs) {
   $("usage").textContent =
     `prompt_tokens ${usage.prompt_tokens} · completion_tokens ${usage.completion_tokens}` +
-    ` · total ${usage.total_tokens}` + (secs ? ` · ${(usage.completion_tokens / secs).toFixed(1)} tokens/s` : "");
+    ` · total ${usage.total_tokens}` +
+    (usage.prompt_tokens_details?.cached_tokens ? ` · ${usage.prompt_tokens_details.cached_tokens} prompt tokens cached` : "") +
+    (secs ? ` · ${(usage.completion_tokens / secs).toFixed(1)} tokens/s` : "");
 }
 
 $("request").addEventListener("submit", async (ev) => {

@@ -159,6 +159,12 @@ fn the_tutorial_runs_unchanged() {
     let usage = &result["usage"];
     assert_eq!(usage["prompt_tokens"], 6, "two 3-token prompts: {usage}");
     assert!(usage["completion_tokens"].as_u64().unwrap() <= 8);
+    // The Job sends the prompts of the first step again: both come from the prompt
+    // cache (still counted and charged), as the stored result says.
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"], 6,
+        "{usage}"
+    );
 
     // Nothing stays held.
     let (_, budget) = call(base, &key, "GET", "/v1/budget", None);

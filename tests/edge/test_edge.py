@@ -210,6 +210,48 @@ def test_another_key_cannot_see_a_keys_jobs(cluster):
     assert r.status_code == 401
 
 
+def test_a_prompt_sampled_again_goes_to_the_upstream_that_keeps_it(cluster):
+    """Each run goes to the upstream its prompt maps to: a prompt sent again (whole, as
+    a stream, or as a job) is served from that upstream's prompt cache, as its usage
+    says, and distinct prompts spread over both upstreams."""
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(1_000_000)
+    prompts = [f"Rollout prompt number {i}: the sky is" for i in range(8)]
+    before = [u.cpu_seconds() for u in ups]
+    for p in prompts:
+        for attempt in range(3):
+            r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                           json={"model": "llama-8b", "prompt": p, "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            u = r.json()["usage"]
+            want = 0 if attempt == 0 else u["prompt_tokens"]
+            assert u["prompt_tokens_details"]["cached_tokens"] == want, (p, attempt, u)
+    spent = [u.cpu_seconds() - b for u, b in zip(ups, before)]
+    print(f"cpu seconds per upstream: {spent}")
+    assert min(spent) > 0.05, spent
+    body = {"model": "llama-8b", "prompt": prompts[0], "max_tokens": 2}
+    usage = None
+    with httpx.stream("POST", f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                      json=dict(body, stream=True, stream_options={"include_usage": True})) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+    assert usage and usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"], usage
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key), json=dict(body, prompt=prompts[1]))
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    deadline = time.time() + 60
+    while httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(key)).json()["status"] != "succeeded":
+        assert time.time() < deadline
+        time.sleep(0.1)
+    u = httpx.get(f"{edge.url}/v1/completion-jobs/{job}/result", headers=auth(key)).json()["usage"]
+    assert u["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"], u
+    b = settle_budget(edge, key)
+    assert b["tokens_held"] == 0 and b["running"] == 0, b
+
+
 def test_an_upstream_stopped_mid_run(cluster):
     """Kill one of two upstreams while requests run: whole completions are finished on
     the other, streams end with an error event, new requests are served, and every

@@ -30,7 +30,7 @@ use worker::{
 use crate::auth;
 use crate::http::{self, budget_headers, json, now, random, read_body, set};
 use crate::store::Db;
-use crate::upstream::{Endpoint, EventParser, RunEvent, Upstreams};
+use crate::upstream::{Endpoint, EventParser, Lease, RunEvent, Upstreams};
 
 /// How often the alarm looks for queued jobs that may start while jobs run.
 const TICK: Duration = Duration::from_millis(200);
@@ -400,11 +400,12 @@ impl Inner {
             .upstreams
             .run(&body, Endpoint::Completions, &controller.signal())
             .await
-            .and_then(|mut r| {
+            .and_then(|(mut r, lease)| {
                 r.stream()
+                    .map(|s| (s, lease))
                     .map_err(|e| ApiError::internal(format!("upstream body: {e}")))
             });
-        let upstream = match started {
+        let (upstream, lease) = match started {
             Ok(s) => s,
             Err(e) => {
                 self.settle(&rid, 0);
@@ -416,6 +417,7 @@ impl Inner {
             hold_id: rid,
             used: 0,
             controller: Some(controller),
+            _lease: lease,
         };
         let state = (upstream, EventParser::default(), guard, false);
         let events = futures_util::stream::unfold(
@@ -689,9 +691,9 @@ async fn run_once(
     endpoint: Endpoint,
     signal: &worker::AbortSignal,
 ) -> Attempt {
-    let mut stream: ByteStream = match upstreams.run(body, endpoint, signal).await {
-        Ok(mut r) => match r.stream() {
-            Ok(s) => s,
+    let (mut stream, _lease): (ByteStream, _) = match upstreams.run(body, endpoint, signal).await {
+        Ok((mut r, lease)) => match r.stream() {
+            Ok(s) => (s, lease),
             Err(e) => return Attempt::Lost(ApiError::internal(e.to_string()), 0),
         },
         Err(e) if e.code == ErrorCode::UpstreamUnavailable => return Attempt::Lost(e, 0),
@@ -735,6 +737,8 @@ struct HoldGuard {
     /// Tokens generated so far, by the upstream's running usage.
     used: u64,
     controller: Option<AbortController>,
+    /// The run's place in its upstream's load, given up with the stream.
+    _lease: Lease,
 }
 
 impl HoldGuard {

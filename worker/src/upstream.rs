@@ -1,8 +1,11 @@
 //! The `acs` servers behind the edge: which ones (configuration), how to reach them
-//! (round robin, moving on past one that refuses the connection) and how to read what
-//! they stream back (`acs serve --edge-secret`, see `crates/acs-server/src/edge.rs`).
+//! (the one a request's prompt maps to, so that repeated prompts meet the upstream that
+//! keeps them, unless it is much busier than another; moving on past one that refuses
+//! the connection) and how to read what they stream back (`acs serve --edge-secret`,
+//! see `crates/acs-server/src/edge.rs`).
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use acs_core::{ApiError, Completion, ErrorBody, ErrorCode, Usage};
 use wasm_bindgen::JsValue;
@@ -13,14 +16,55 @@ pub const SECRET_HEADER: &str = "x-acs-edge-secret";
 /// The header that names whose rules validate a body (`completions` or `jobs`).
 pub const ENDPOINT_HEADER: &str = "x-acs-endpoint";
 
+/// Runs that may go to a prompt's own upstream beyond those of the least busy one:
+/// above that, the run goes to the least busy instead.
+const AFFINITY_SLACK: usize = 4;
+
 /// The upstreams of this edge, from the `ACS_UPSTREAMS` variable (URLs separated by
 /// commas or spaces) and the `ACS_EDGE_SECRET` secret.
+///
+/// A run goes to the upstream its prompts map to (a hash of the body's `prompt`): an
+/// `acs` server keeps the prompts it prefilled (its prompt cache), so a prompt sampled
+/// again, as rollouts are, skips its prefill there, and requests that arrive together
+/// with one prompt share one prefill. Distinct prompts spread over the upstreams, and
+/// so do a prompt's runs once its upstream has [`AFFINITY_SLACK`] more of them running
+/// than the least busy (as this key's Durable Object counts them).
 #[derive(Debug)]
 pub struct Upstreams {
     urls: Vec<String>,
     secret: String,
-    /// Where the next request starts its round.
+    /// Where the next request without a prompt starts its round.
     next: Cell<usize>,
+    /// Runs in flight on each upstream.
+    running: Rc<[Cell<usize>]>,
+}
+
+/// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    running: Rc<[Cell<usize>]>,
+    at: usize,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let c = &self.running[self.at];
+        c.set(c.get().saturating_sub(1));
+    }
+}
+
+/// 64-bit FNV-1a: a stable hash (the same on every edge instance and release), which
+/// `std`'s hasher does not promise.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The hash of a request body's prompts, if it has any.
+fn prompt_hash(body: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some(fnv1a(v.get("prompt")?.to_string().as_bytes()))
 }
 
 /// Whose rules validate a body upstream.
@@ -70,10 +114,12 @@ impl Upstreams {
             .map(|s| s.to_string())
             .or_else(|_| env.var("ACS_EDGE_SECRET").map(|s| s.to_string()))
             .map_err(|_| ApiError::internal("ACS_EDGE_SECRET is not set"))?;
+        let running = urls.iter().map(|_| Cell::new(0)).collect();
         Ok(Upstreams {
             urls,
             secret,
             next: Cell::new(0),
+            running,
         })
     }
 
@@ -82,25 +128,41 @@ impl Upstreams {
         self.urls.len()
     }
 
-    /// Sends a request to the upstreams in turn, starting with the next of the round,
-    /// until one answers; one that refuses the connection is skipped. Any HTTP answer
-    /// is the answer. Only runs move the round on, so that a request's prepare and
-    /// run go to the same upstream and runs take turns. `run` is the stop switch of a
-    /// run, `None` for any other request.
+    /// The upstream a request goes to first: its prompts' own (see [`Upstreams`]),
+    /// or for a request without prompts the next of a round.
+    fn first(&self, body: Option<&str>) -> usize {
+        let n = self.urls.len();
+        let Some(hash) = body.and_then(prompt_hash) else {
+            let start = self.next.get();
+            self.next.set(start.wrapping_add(1));
+            return start % n;
+        };
+        let own = (hash % n as u64) as usize;
+        let load = |i: usize| self.running[i].get();
+        let least = (0..n).min_by_key(|&i| load(i)).unwrap_or(own);
+        if load(own) <= load(least) + AFFINITY_SLACK {
+            own
+        } else {
+            least
+        }
+    }
+
+    /// Sends a request to the upstreams in turn, starting with `start`, until one
+    /// answers; one that refuses the connection is skipped. Any HTTP answer is the
+    /// answer, from the upstream whose index comes with it. `run` is the stop switch
+    /// of a run, `None` for any other request.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<(&str, Endpoint)>,
         run: Option<&AbortSignal>,
-    ) -> Result<Response, ApiError> {
-        let start = self.next.get();
-        if run.is_some() {
-            self.next.set(start.wrapping_add(1));
-        }
+        start: usize,
+    ) -> Result<(Response, usize), ApiError> {
         let mut last = String::new();
         for i in 0..self.urls.len() {
-            let base = &self.urls[(start + i) % self.urls.len()];
+            let at = (start + i) % self.urls.len();
+            let base = &self.urls[at];
             let headers = Headers::new();
             let set = |k: &str, v: &str| {
                 headers
@@ -123,7 +185,7 @@ impl Upstreams {
                 None => Fetch::Request(req).send().await,
             };
             match sent {
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => return Ok((resp, at)),
                 Err(e) => {
                     if run.is_some_and(AbortSignal::aborted) {
                         return Err(unavailable("the request was cancelled"));
@@ -138,18 +200,21 @@ impl Upstreams {
 
     /// `GET path` on an upstream.
     pub async fn get(&self, path: &str) -> Result<Response, ApiError> {
-        self.send(Method::Get, path, None, None).await
+        let start = self.first(None);
+        Ok(self.send(Method::Get, path, None, None, start).await?.0)
     }
 
     /// How many tokens the request would hold: the upstream validates it against its
     /// model (and answers the contract's error when it is wrong).
     pub async fn hold_tokens(&self, body: &str, endpoint: Endpoint) -> Result<u64, ApiError> {
-        let mut resp = self
+        let start = self.first(Some(body));
+        let (mut resp, _) = self
             .send(
                 Method::Post,
                 "/edge/v1/prepare",
                 Some((body, endpoint)),
                 None,
+                start,
             )
             .await?;
         if resp.status_code() != 200 {
@@ -166,25 +231,34 @@ impl Upstreams {
         Ok(p.hold_tokens)
     }
 
-    /// Starts the run of a request on an upstream; read it with [`EventParser`].
+    /// Starts the run of a request on an upstream; read it with [`EventParser`], and
+    /// keep the [`Lease`] until the run ends (it counts the run in the upstream's load).
     pub async fn run(
         &self,
         body: &str,
         endpoint: Endpoint,
         signal: &AbortSignal,
-    ) -> Result<Response, ApiError> {
-        let mut resp = self
+    ) -> Result<(Response, Lease), ApiError> {
+        let start = self.first(Some(body));
+        let (mut resp, at) = self
             .send(
                 Method::Post,
                 "/edge/v1/run",
                 Some((body, endpoint)),
                 Some(signal),
+                start,
             )
             .await?;
+        let c = &self.running[at];
+        c.set(c.get() + 1);
+        let lease = Lease {
+            running: Rc::clone(&self.running),
+            at,
+        };
         if resp.status_code() != 200 {
             return Err(error_of(&mut resp).await);
         }
-        Ok(resp)
+        Ok((resp, lease))
     }
 }
 

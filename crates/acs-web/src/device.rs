@@ -132,6 +132,23 @@ impl Backend for Device {
         }
     }
 
+    fn copy_prefix(
+        &self,
+        cache: &DeviceCache,
+        prefix: usize,
+        positions: usize,
+    ) -> Option<DeviceCache> {
+        match (&self.kind, cache) {
+            (Kind::Cpu(m), DeviceCache::Cpu(c)) => {
+                Backend::copy_prefix(&**m, c, prefix, positions).map(DeviceCache::Cpu)
+            }
+            (Kind::Gpu(g), DeviceCache::Gpu(c)) => {
+                Backend::copy_prefix(&**g, c, prefix, positions).map(DeviceCache::Gpu)
+            }
+            _ => None,
+        }
+    }
+
     fn cache_bytes(&self, cache: &DeviceCache) -> usize {
         match cache {
             DeviceCache::Cpu(c) => c.bytes(),

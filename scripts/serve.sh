@@ -11,4 +11,10 @@ wasm-bindgen --version 2>/dev/null | grep -q "0.2.130" ||
   cargo install --quiet wasm-bindgen-cli --version 0.2.130
 command -v wasm-pack >/dev/null || cargo install --quiet --locked wasm-pack --version 0.15.1
 scripts/build-web.sh
+# Looking for a GPU loads Mesa's drivers, which print an `Error:` line about
+# XDG_RUNTIME_DIR on a headless machine that has none: give them a private one.
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+  XDG_RUNTIME_DIR="$(mktemp -d)"
+  export XDG_RUNTIME_DIR
+fi
 exec cargo run --release -p acs-server -- serve "$@"

@@ -147,18 +147,18 @@ impl Upstreams {
         }
     }
 
-    /// Sends a request to the upstreams in turn, starting with `start`, until one
-    /// answers; one that refuses the connection is skipped. Any HTTP answer is the
-    /// answer, from the upstream whose index comes with it. `run` is the stop switch
-    /// of a run, `None` for any other request.
+    /// Sends a request to the upstreams in turn, starting with the [`Upstreams::first`]
+    /// of its body, until one answers; one that refuses the connection is skipped. Any
+    /// HTTP answer is the answer, from the upstream whose index comes with it. `run`
+    /// is the stop switch of a run, `None` for any other request.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<(&str, Endpoint)>,
         run: Option<&AbortSignal>,
-        start: usize,
     ) -> Result<(Response, usize), ApiError> {
+        let start = self.first(body.map(|(text, _)| text));
         let mut last = String::new();
         for i in 0..self.urls.len() {
             let at = (start + i) % self.urls.len();
@@ -200,21 +200,18 @@ impl Upstreams {
 
     /// `GET path` on an upstream.
     pub async fn get(&self, path: &str) -> Result<Response, ApiError> {
-        let start = self.first(None);
-        Ok(self.send(Method::Get, path, None, None, start).await?.0)
+        Ok(self.send(Method::Get, path, None, None).await?.0)
     }
 
     /// How many tokens the request would hold: the upstream validates it against its
     /// model (and answers the contract's error when it is wrong).
     pub async fn hold_tokens(&self, body: &str, endpoint: Endpoint) -> Result<u64, ApiError> {
-        let start = self.first(Some(body));
         let (mut resp, _) = self
             .send(
                 Method::Post,
                 "/edge/v1/prepare",
                 Some((body, endpoint)),
                 None,
-                start,
             )
             .await?;
         if resp.status_code() != 200 {
@@ -239,14 +236,12 @@ impl Upstreams {
         endpoint: Endpoint,
         signal: &AbortSignal,
     ) -> Result<(Response, Lease), ApiError> {
-        let start = self.first(Some(body));
         let (mut resp, at) = self
             .send(
                 Method::Post,
                 "/edge/v1/run",
                 Some((body, endpoint)),
                 Some(signal),
-                start,
             )
             .await?;
         let c = &self.running[at];

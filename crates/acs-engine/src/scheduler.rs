@@ -377,9 +377,9 @@ impl<B: Backend> Scheduler<B> {
                 last_row: None,
             })
             .collect();
-        self.next_id += 1;
+        let id = self.tick();
         self.waiting.push_back(Active {
-            id: self.next_id,
+            id,
             generation,
             sink,
             cancel,
@@ -512,10 +512,8 @@ impl<B: Backend> Scheduler<B> {
     fn admit(&mut self) -> Result<(), B::Error> {
         while let Some(front) = self.waiting.front() {
             let need = self.reservation(&front.generation);
-            let fits =
-                |s: &Self| s.kv_reserved + s.kept_tokens + need <= s.config.kv_capacity_tokens;
-            while !fits(self) && self.evict_kept() {}
-            if !fits(self) {
+            while !self.has_room(need) && self.evict_kept() {}
+            if !self.has_room(need) {
                 break;
             }
             self.kv_reserved += need;
@@ -538,7 +536,6 @@ impl<B: Backend> Scheduler<B> {
                     continue;
                 }
                 if let Some((cache, prefix)) = self.kept_prefix(g, ids) {
-                    self.stats.prompt_cache_hits += 1;
                     pr.cache = Some(cache);
                     (pr.done, pr.cached) = (prefix, prefix);
                 } else {
@@ -548,7 +545,6 @@ impl<B: Backend> Scheduler<B> {
             self.running.push(a);
             let request = self.running.len() - 1;
             for (prompt, len, logits) in hits {
-                self.stats.prompt_cache_hits += 1;
                 let out = acs_llama::model::SeqOutput {
                     logits,
                     captured: Vec::new(),
@@ -570,12 +566,12 @@ impl<B: Backend> Scheduler<B> {
         if !plain(g) {
             return Ok(None);
         }
-        self.next_id += 1;
-        let now = self.next_id;
-        let Some(k) = self.kept.iter_mut().find(|k| k.ids == ids) else {
+        let Some(at) = self.kept.iter().position(|k| k.ids == ids) else {
             return Ok(None);
         };
-        k.used = now;
+        self.kept[at].used = self.tick();
+        self.stats.prompt_cache_hits += 1;
+        let k = &mut self.kept[at];
         let cache = self.backend.fork(&mut k.cache, ids.len() + g.max_tokens)?;
         Ok(Some((cache, k.logits.clone())))
     }
@@ -601,8 +597,8 @@ impl<B: Backend> Scheduler<B> {
         let cache =
             self.backend
                 .copy_prefix(&self.kept[best].cache, prefix, ids.len() + g.max_tokens)?;
-        self.next_id += 1;
-        self.kept[best].used = self.next_id;
+        self.kept[best].used = self.tick();
+        self.stats.prompt_cache_hits += 1;
         Some((cache, prefix))
     }
 
@@ -611,16 +607,14 @@ impl<B: Backend> Scheduler<B> {
     /// prompts make way for it, within the entries allowed and the KV room that no
     /// request reserved.
     fn keep(&mut self, ids: Vec<u32>, cache: B::Cache, logits: Vec<f32>) {
-        self.next_id += 1;
-        let now = self.next_id;
+        let now = self.tick();
         if let Some(k) = self.kept.iter_mut().find(|k| k.ids == ids) {
             k.used = now;
             return;
         }
-        let room =
-            |s: &Self| s.kv_reserved + s.kept_tokens + ids.len() <= s.config.kv_capacity_tokens;
-        while (self.kept.len() >= self.config.prompt_cache || !room(self)) && self.evict_kept() {}
-        if self.kept.len() < self.config.prompt_cache && room(self) {
+        let full = |s: &Self| s.kept.len() >= s.config.prompt_cache || !s.has_room(ids.len());
+        while full(self) && self.evict_kept() {}
+        if !full(self) {
             self.kept_tokens += ids.len();
             self.kept.push(KeptPrompt {
                 ids,
@@ -629,6 +623,19 @@ impl<B: Backend> Scheduler<B> {
                 used: now,
             });
         }
+    }
+
+    /// Whether `positions` more fit beside the running requests' reservations and the
+    /// kept prompts.
+    fn has_room(&self, positions: usize) -> bool {
+        self.kv_reserved + self.kept_tokens + positions <= self.config.kv_capacity_tokens
+    }
+
+    /// The next value of the scheduler's clock: requests' ids, and when kept prompts
+    /// were last used.
+    fn tick(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
     }
 
     /// Drops the least recently used kept prompt; false when none is kept.

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/acs-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading carries the time, so that a slow run shows where it went.
+step() { printf '\n==> %s  [%s]\n' "$*" "$(date -u +%T)"; }
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -67,8 +68,10 @@ wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/a
 step "the browser package in headless Chromium (wasm-pack test crates/acs-web)"
 wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver crates/acs-web -- --nocapture
 
+# `cargo test` built the `acs` binary for acs-server's own tests (CARGO_BIN_EXE_acs);
+# `cargo build -p acs-server` would build it again with the features of that one
+# crate instead of the workspace's, recompiling its dependencies.
 step "conformance suite against acs serve (tests/conformance)"
-cargo build -p acs-server
 ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_acs.sh -q
 
 step "edge worker: wasm32 build and wasm-bindgen (worker/build.sh)"

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 
 import httpx
 import pytest
@@ -248,6 +249,30 @@ def test_a_prompt_sampled_again_goes_to_the_upstream_that_keeps_it(cluster):
         time.sleep(0.1)
     u = httpx.get(f"{edge.url}/v1/completion-jobs/{job}/result", headers=auth(key)).json()["usage"]
     assert u["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"], u
+    b = settle_budget(edge, key)
+    assert b["tokens_held"] == 0 and b["running"] == 0, b
+
+
+def test_prompts_that_begin_alike_go_to_the_upstream_that_keeps_their_beginning(cluster):
+    """Prompts that share a long beginning (a few-shot preamble) and differ after it go
+    to one upstream, whose prompt cache keeps that beginning: every one after the first
+    prefills only its own end, as its usage says."""
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(1_000_000)
+    preamble = f"[{uuid.uuid4().hex}] " + "You answer questions about the weather in one short sentence. " * 5
+    questions = ["Why is the sky blue?", "Why do clouds float?", "What makes rain?",
+                 "Why is snow white?", "What is fog made of?"]
+    for i, q in enumerate(questions):
+        r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                       json={"model": "llama-8b", "prompt": preamble + q, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        cached = u["prompt_tokens_details"]["cached_tokens"]
+        if i == 0:
+            assert cached == 0, u
+        else:
+            assert 60 <= cached < u["prompt_tokens"], (q, u)
     b = settle_budget(edge, key)
     assert b["tokens_held"] == 0 and b["running"] == 0, b
 

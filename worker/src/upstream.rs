@@ -23,10 +23,11 @@ const AFFINITY_SLACK: usize = 4;
 /// The upstreams of this edge, from the `ACS_UPSTREAMS` variable (URLs separated by
 /// commas or spaces) and the `ACS_EDGE_SECRET` secret.
 ///
-/// A run goes to the upstream its prompts map to (a hash of the body's `prompt`): an
-/// `acs` server keeps the prompts it prefilled (its prompt cache), so a prompt sampled
-/// again, as rollouts are, skips its prefill there, and requests that arrive together
-/// with one prompt share one prefill. Distinct prompts spread over the upstreams, and
+/// A run goes to the upstream its prompts map to (a hash of the beginning of the
+/// body's `prompt`): an `acs` server keeps the prompts it prefilled (its prompt
+/// cache), so a prompt sampled again, as rollouts are, skips its prefill there, one
+/// that begins like a kept one prefills only the rest, and requests that arrive
+/// together with prompts that begin alike share that beginning's prefill. Distinct prompts spread over the upstreams, and
 /// so do a prompt's runs once its upstream has [`AFFINITY_SLACK`] more of them running
 /// than the least busy (as this key's Durable Object counts them).
 #[derive(Debug)]
@@ -61,10 +62,18 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The hash of a request body's prompts, if it has any.
+/// The bytes of a body's `prompt` (as JSON) that choose its upstream: about 50 tokens
+/// of English text, more than the 16 a server needs to share a beginning, so that
+/// prompts that begin alike (a system prompt, a few-shot preamble) meet on one server
+/// while prompts that differ early spread.
+const ROUTE_PREFIX_BYTES: usize = 256;
+
+/// The hash of the beginning of a request body's prompts, if it has any.
 fn prompt_hash(body: &str) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    Some(fnv1a(v.get("prompt")?.to_string().as_bytes()))
+    let prompt = v.get("prompt")?.to_string();
+    let bytes = prompt.as_bytes();
+    Some(fnv1a(&bytes[..bytes.len().min(ROUTE_PREFIX_BYTES)]))
 }
 
 /// Whose rules validate a body upstream.

@@ -7,6 +7,12 @@
 //! their first tokens from the same logits with their own random streams; then every
 //! choice decodes one token per step until it stops. Each step's new text goes to the
 //! request's sink; the last event carries the choices, usage and activations.
+//!
+//! Prompts share work where their tokens agree (on the CPU, where branches share their
+//! prompt's positions): a prompt that begins like one being prefilled, in the same
+//! request or another, waits for it to reach the end of what they share and branches
+//! from its cache there (a [`Ride`]); one that begins like a prompt of an earlier
+//! request starts from the prompt cache (see [`SchedulerConfig::prompt_cache`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -125,9 +131,10 @@ pub struct Stats {
     /// Steps run.
     pub steps: u64,
     /// Prompts prefilled (a prompt with n choices counts once, and a prompt that
-    /// branched from another request's identical one not at all).
+    /// branched from an identical one being prefilled not at all).
     pub prefills: u64,
-    /// Prompt tokens prefilled.
+    /// Prompt tokens prefilled: not those a prompt took over from another prompt's
+    /// cache (one being prefilled beside it, or a kept one).
     pub prefill_tokens: u64,
     /// Prompts that started from the prompt cache (see
     /// [`SchedulerConfig::prompt_cache`]): branched from an identical prompt prefilled
@@ -221,14 +228,14 @@ type EchoEntry = (u32, Option<f32>, Vec<(u32, f32)>);
 
 struct PromptRun<C> {
     /// `None` until the request is admitted (a waiting request holds no KV memory),
-    /// while it rides on another request's prefill (`rides_on`), and again once its
+    /// while it rides on another prompt's prefill (`rides_on`), and again once its
     /// choices have branched from it: `Some` exactly while the prompt is prefilled.
     cache: Option<C>,
     done: usize,
-    /// The request (its [`Active::id`]) prefilling the same tokens that this prompt
-    /// waits for, to branch from its cache instead of prefilling them again; its
-    /// `cache` is `None` meanwhile.
-    rides_on: Option<u64>,
+    /// The prompt being prefilled that this one waits for, to branch from its cache
+    /// instead of prefilling their common tokens again; its `cache` is `None`
+    /// meanwhile.
+    rides_on: Option<Ride>,
     /// Captured residual rows per requested layer, over the prefilled positions.
     captured: BTreeMap<usize, Vec<f32>>,
     /// Echoed prompt log-probabilities: (token, logprob, top) per position.
@@ -239,6 +246,21 @@ struct PromptRun<C> {
     cached: usize,
     /// The logits row of the last position seen, for the next echo entry.
     last_row: Option<Vec<f32>>,
+}
+
+/// Where a prompt waits for another prompt that is being prefilled (its leader, of the
+/// same request or another) to branch from its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ride {
+    /// The leader's request ([`Active::id`]).
+    leader: u64,
+    /// Which of that request's prompts.
+    prompt: usize,
+    /// The positions the rider takes over: all of them when the two prompts are the
+    /// same tokens (it then samples from the leader's last logits too), or the
+    /// beginning they share (see [`branch_point`]), after which it prefills the rest.
+    /// The leader's prefill pauses there, so that the rider shares those positions.
+    at: usize,
 }
 
 struct ChoiceRun<C> {
@@ -425,8 +447,9 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         self.sample_decoded(decoded);
-        // After the decoded choices: a prompt that finished branches new choices, and
-        // so do the identical prompts of other requests that rode on it.
+        // After the decoded choices: the prompts that rode on a prompt to where it
+        // reached branch from it (those with the same tokens as prompts that finished),
+        // and a prompt that finished branches new choices.
         for (request, prompt, tokens, out) in prefilled {
             let branched = self
                 .branch_riders(request, prompt, tokens)
@@ -517,89 +540,106 @@ impl<B: Backend> Scheduler<B> {
                 break;
             }
             self.kv_reserved += need;
-            let mut a = self.waiting.pop_front().expect("front exists");
-            // Each prompt's cache has the room of one choice (its last choice takes
-            // it over): the prompt and the completion. A prompt that another running
-            // request is prefilling already waits for that one's cache instead.
-            let mut hits = Vec::new();
-            for (pi, ids) in a.generation.prompts.iter().enumerate() {
-                let g = &a.generation;
-                let pr = &mut a.prompts[pi];
-                if let Some((cache, logits)) = self.branch_kept(g, ids)? {
-                    pr.cache = Some(cache);
-                    pr.cached = ids.len();
-                    hits.push((pi, ids.len(), logits));
-                    continue;
-                }
-                pr.rides_on = self.leader_for(g, ids);
-                if pr.rides_on.is_some() {
-                    continue;
-                }
-                if let Some((cache, prefix)) = self.kept_prefix(g, ids) {
-                    pr.cache = Some(cache);
-                    (pr.done, pr.cached) = (prefix, prefix);
-                } else {
-                    pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
-                }
-            }
+            let a = self.waiting.pop_front().expect("front exists");
             self.running.push(a);
             let request = self.running.len() - 1;
-            for (prompt, len, logits) in hits {
-                let out = acs_llama::model::SeqOutput {
-                    logits,
-                    captured: Vec::new(),
-                };
-                self.after_prefill(request, prompt, len, out, false)?;
+            for prompt in 0..self.running[request].prompts.len() {
+                self.start_prompt(request, prompt)?;
             }
         }
         Ok(())
     }
 
-    /// A branch of the kept prompt with these tokens, for a prompt of `g`, with the
-    /// logits its choices sample their first tokens from; `None` when none is kept
-    /// (or `g` may not use one: see [`plain`]).
+    /// Gives a newly admitted prompt what it starts from, the longest-reaching first: a
+    /// kept prompt of the same tokens (its choices branch at once), a ride on a prompt
+    /// being prefilled (see [`Ride`]), a copy of the beginning it shares with a kept
+    /// prompt or with one being prefilled past that beginning, or an empty cache. Each
+    /// cache has the room of one choice (its last choice takes it over): the prompt and
+    /// the completion.
+    fn start_prompt(&mut self, request: usize, prompt: usize) -> Result<(), B::Error> {
+        let g = &self.running[request].generation;
+        let (ids, max_tokens, plain) = (g.prompts[prompt].clone(), g.max_tokens, plain(g));
+        let positions = ids.len() + max_tokens;
+        if plain && let Some((cache, logits)) = self.branch_kept(&ids, max_tokens)? {
+            let pr = &mut self.running[request].prompts[prompt];
+            pr.cache = Some(cache);
+            pr.cached = ids.len();
+            let out = acs_llama::model::SeqOutput {
+                logits,
+                captured: Vec::new(),
+            };
+            return self.after_prefill(request, prompt, ids.len(), out, false);
+        }
+        let leader = if plain { self.leader_for(&ids) } else { None };
+        let kept = if plain { self.kept_prefix(&ids) } else { None };
+        let (cache, done, cached) = match (leader, kept) {
+            (Some((ri, pi, at)), kept) if kept.is_none_or(|(_, n)| n < at) => {
+                let leader = self.running[ri].id;
+                let theirs = &mut self.running[ri].prompts[pi];
+                let cache = theirs.cache.as_mut().expect("a leader is being prefilled");
+                if theirs.done < at {
+                    let ride = Ride {
+                        leader,
+                        prompt: pi,
+                        at,
+                    };
+                    self.running[request].prompts[prompt].rides_on = Some(ride);
+                    return Ok(());
+                }
+                // The leader is there already (a branch shares its positions) or past
+                // it (a copy of its first ones).
+                let branch = if theirs.done == at {
+                    Some(self.backend.fork(cache, positions)?)
+                } else {
+                    self.backend.copy_prefix(cache, at, positions)
+                };
+                match branch {
+                    Some(c) => (c, at, 0),
+                    None => (self.backend.new_cache(positions), 0, 0),
+                }
+            }
+            (_, Some((k, n))) => {
+                match self.backend.copy_prefix(&self.kept[k].cache, n, positions) {
+                    Some(copy) => {
+                        self.kept[k].used = self.tick();
+                        self.stats.prompt_cache_hits += 1;
+                        (copy, n, n)
+                    }
+                    None => (self.backend.new_cache(positions), 0, 0),
+                }
+            }
+            _ => (self.backend.new_cache(positions), 0, 0),
+        };
+        let pr = &mut self.running[request].prompts[prompt];
+        pr.cache = Some(cache);
+        (pr.done, pr.cached) = (done, cached);
+        Ok(())
+    }
+
+    /// A branch of the kept prompt with these tokens, for a prompt that generates
+    /// `max_tokens`, with the logits its choices sample their first tokens from; `None`
+    /// when none is kept.
     fn branch_kept(
         &mut self,
-        g: &Generation,
         ids: &[u32],
+        max_tokens: usize,
     ) -> Result<Option<KeptBranch<B::Cache>>, B::Error> {
-        if !plain(g) {
-            return Ok(None);
-        }
         let Some(at) = self.kept.iter().position(|k| k.ids == ids) else {
             return Ok(None);
         };
         self.kept[at].used = self.tick();
         self.stats.prompt_cache_hits += 1;
         let k = &mut self.kept[at];
-        let cache = self.backend.fork(&mut k.cache, ids.len() + g.max_tokens)?;
+        let cache = self.backend.fork(&mut k.cache, ids.len() + max_tokens)?;
         Ok(Some((cache, k.logits.clone())))
     }
 
-    /// A cache holding the longest beginning that a kept prompt shares with `ids` (a
-    /// prompt of `g`), when it is at least [`PREFIX_MIN_TOKENS`] long, and that
-    /// length: the prompt prefills only the rest. It stops one token short of the
-    /// whole prompt, whose last logits a kept prompt of other tokens does not have.
-    fn kept_prefix(&mut self, g: &Generation, ids: &[u32]) -> Option<(B::Cache, usize)> {
-        if !plain(g) || ids.len() <= PREFIX_MIN_TOKENS {
-            return None;
-        }
-        let shared = |k: &KeptPrompt<B::Cache>| {
-            let n = k.ids.iter().zip(ids).take_while(|(a, b)| a == b).count();
-            n.min(ids.len() - 1)
-        };
-        let (best, prefix) = (0..self.kept.len())
-            .map(|i| (i, shared(&self.kept[i])))
-            .max_by_key(|&(_, n)| n)?;
-        if prefix < PREFIX_MIN_TOKENS {
-            return None;
-        }
-        let cache =
-            self.backend
-                .copy_prefix(&self.kept[best].cache, prefix, ids.len() + g.max_tokens)?;
-        self.kept[best].used = self.tick();
-        self.stats.prompt_cache_hits += 1;
-        Some((cache, prefix))
+    /// The kept prompt (its place in `kept`) that shares the longest beginning with
+    /// `ids`, and that beginning's length, where one shares a [`branch_point`].
+    fn kept_prefix(&self, ids: &[u32]) -> Option<(usize, usize)> {
+        (0..self.kept.len())
+            .filter_map(|i| Some((i, branch_point(ids, &self.kept[i].ids)?)))
+            .max_by_key(|&(_, n)| n)
     }
 
     /// Keeps a prompt whose prefill just ended (`cache`: a branch of it with no room
@@ -683,12 +723,26 @@ impl<B: Backend> Scheduler<B> {
     /// budget goes to the prompts with the fewest tokens left first, so that a short
     /// prompt starts at once instead of waiting behind long ones (which take the rest
     /// of the budget, and all of it when no short prompt waits).
+    ///
+    /// A prompt that others ride on stops at the next position where one of them
+    /// branches (see [`Ride::at`]).
     fn prefill_plan(&self) -> BTreeMap<(usize, usize), usize> {
+        let rides: Vec<Ride> = self
+            .running
+            .iter()
+            .flat_map(|a| a.prompts.iter().filter_map(|p| p.rides_on))
+            .collect();
         let mut left: Vec<(usize, usize, usize)> = Vec::new();
         for (ri, a) in self.running.iter().enumerate() {
             for (pi, pr) in a.prompts.iter().enumerate() {
                 if pr.cache.is_some() {
-                    left.push((a.generation.prompts[pi].len() - pr.done, ri, pi));
+                    let stop = rides
+                        .iter()
+                        .filter(|r| (r.leader, r.prompt) == (a.id, pi) && r.at > pr.done)
+                        .map(|r| r.at)
+                        .min()
+                        .unwrap_or(a.generation.prompts[pi].len());
+                    left.push((stop - pr.done, ri, pi));
                 }
             }
         }
@@ -987,27 +1041,38 @@ impl<B: Backend> Scheduler<B> {
         g.kv_tokens(self.backend.forks_share_prompt())
     }
 
-    /// Whether a prompt of `g` (`ids`) can wait for a running request's identical
-    /// prompt to be prefilled and branch from its cache (the leader's [`Active::id`]):
-    /// where branches share their prompt's positions, and when both requests are
-    /// [`plain`].
-    fn leader_for(&self, g: &Generation, ids: &[u32]) -> Option<u64> {
-        if !self.backend.forks_share_prompt() || !plain(g) {
+    /// The prompt being prefilled (request and prompt, by place in `running`) that a
+    /// plain prompt of `ids` shares the most with, and its [`branch_point`]: where
+    /// branches share their prompt's positions, and among [`plain`] requests.
+    fn leader_for(&self, ids: &[u32]) -> Option<(usize, usize, usize)> {
+        if !self.backend.forks_share_prompt() {
             return None;
         }
-        self.running.iter().find_map(|a| {
-            let leads = a
-                .prompts
-                .iter()
-                .zip(&a.generation.prompts)
-                .any(|(pr, theirs)| pr.cache.is_some() && theirs.as_slice() == ids);
-            (plain(&a.generation) && leads).then_some(a.id)
-        })
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (ri, a) in self.running.iter().enumerate() {
+            if !plain(&a.generation) {
+                continue;
+            }
+            for (pi, pr) in a.prompts.iter().enumerate() {
+                if pr.cache.is_none() {
+                    continue;
+                }
+                let Some(at) = branch_point(ids, &a.generation.prompts[pi]) else {
+                    continue;
+                };
+                if best.is_none_or(|(_, _, b)| b < at) {
+                    best = Some((ri, pi, at));
+                }
+            }
+        }
+        best
     }
 
-    /// When request `request`'s prompt `prompt` is complete with these `tokens`, gives
-    /// each prompt that rides on it (see [`PromptRun::rides_on`]) a branch of its
-    /// cache; returns them as (request, prompt, tokens), to be taken in as prefilled.
+    /// When request `request`'s prompt `prompt` reaches the end of these `tokens`,
+    /// gives each prompt that rides on it to there (see [`Ride`]) a branch of its
+    /// cache. A rider with other tokens after that prefills them from the next step;
+    /// the riders with the same tokens are returned as (request, prompt, tokens), to
+    /// be taken in as prefilled.
     fn branch_riders(
         &mut self,
         request: usize,
@@ -1015,33 +1080,42 @@ impl<B: Backend> Scheduler<B> {
         tokens: usize,
     ) -> Result<Vec<(usize, usize, usize)>, B::Error> {
         let leader = &self.running[request];
-        let (id, len) = (leader.id, leader.generation.prompts[prompt].len());
-        if leader.prompts[prompt].done + tokens < len {
-            return Ok(Vec::new());
-        }
-        let ids = &leader.generation.prompts[prompt];
+        let at = leader.prompts[prompt].done + tokens;
+        let ride = Some(Ride {
+            leader: leader.id,
+            prompt,
+            at,
+        });
         let mut riders = Vec::new();
         for (ri, a) in self.running.iter().enumerate() {
             for (pi, pr) in a.prompts.iter().enumerate() {
-                if pr.rides_on == Some(id) && &a.generation.prompts[pi] == ids {
-                    riders.push((ri, pi, a.generation.max_tokens));
+                if pr.rides_on == ride {
+                    riders.push((
+                        ri,
+                        pi,
+                        a.generation.prompts[pi].len(),
+                        a.generation.max_tokens,
+                    ));
                 }
             }
         }
         if riders.is_empty() {
-            return Ok(riders);
+            return Ok(Vec::new());
         }
         let mut cache = self.running[request].prompts[prompt]
             .cache
             .take()
             .expect("a prompt being prefilled has its cache");
         let mut branched = Ok(());
-        for &(ri, pi, max_tokens) in &riders {
+        for &(ri, pi, len, max_tokens) in &riders {
             match self.backend.fork(&mut cache, len + max_tokens) {
                 Ok(c) => {
                     let pr = &mut self.running[ri].prompts[pi];
                     pr.cache = Some(c);
                     pr.rides_on = None;
+                    if len > at {
+                        pr.done = at;
+                    }
                 }
                 Err(e) => {
                     branched = Err(e);
@@ -1053,7 +1127,8 @@ impl<B: Backend> Scheduler<B> {
         branched?;
         Ok(riders
             .into_iter()
-            .map(|(ri, pi, _)| (ri, pi, len))
+            .filter(|&(_, _, len, _)| len == at)
+            .map(|(ri, pi, len, _)| (ri, pi, len))
             .collect())
     }
 
@@ -1063,7 +1138,7 @@ impl<B: Backend> Scheduler<B> {
         for a in &mut self.running {
             let g = &a.generation;
             for (pr, ids) in a.prompts.iter_mut().zip(&g.prompts) {
-                if pr.rides_on == Some(id) {
+                if pr.rides_on.is_some_and(|r| r.leader == id) {
                     pr.rides_on = None;
                     pr.cache = Some(self.backend.new_cache(ids.len() + g.max_tokens));
                 }
@@ -1085,6 +1160,20 @@ impl<B: Backend> Scheduler<B> {
 /// differ, or needs more from it than its last logits).
 fn plain(g: &Generation) -> bool {
     g.steering.is_empty() && g.capture.is_none() && !(g.echo && g.sampling.logprobs.is_some())
+}
+
+/// How many positions a prompt of `ids` can take over from the cache of a prompt of
+/// `theirs`: all of them when the tokens are the same; otherwise the beginning they
+/// share, stopping one short of the whole prompt (whose last logits the other does not
+/// have), when that is at least [`PREFIX_MIN_TOKENS`] long: below that, sharing saves
+/// little.
+fn branch_point(ids: &[u32], theirs: &[u32]) -> Option<usize> {
+    if ids == theirs {
+        return Some(ids.len());
+    }
+    let shared = ids.iter().zip(theirs).take_while(|(a, b)| a == b).count();
+    let at = shared.min(ids.len().saturating_sub(1));
+    (at >= PREFIX_MIN_TOKENS).then_some(at)
 }
 
 /// Alternatives as the contract's map from token text to log-probability. Tokens can

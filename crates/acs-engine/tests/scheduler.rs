@@ -661,3 +661,51 @@ fn a_prompt_that_begins_with_a_kept_one_prefills_only_the_rest() {
         assert_eq!(s.stats().prefill_tokens - before, prefilled, "{b}");
     }
 }
+
+/// Prompts that begin alike, in one request or in requests that arrive together,
+/// prefill what they share once: each waits for the first to reach the end of their
+/// common beginning (at least 16 tokens) and branches from its cache there, then
+/// prefills only its own rest, and a repeated prompt prefills nothing; a prompt that
+/// arrives when the first has passed that point starts from a copy. Every choice gets
+/// exactly the tokens and log-probabilities its prompt gets alone, and usage counts
+/// every prompt token (none of them from the prompt cache).
+#[test]
+fn prompts_that_begin_alike_prefill_their_common_beginning_once() {
+    let m = model();
+    let preamble: Vec<u32> = (1..=30).collect();
+    let with =
+        |tail: std::ops::Range<u32>| -> Vec<u32> { preamble.iter().copied().chain(tail).collect() };
+    let body = |prompts: &[Vec<u32>]| json!({"model":"m","prompt":prompts,"max_tokens":5,"temperature":0,"logprobs":5});
+    let first = with(100..112);
+    let one = body(&[first.clone(), with(200..212), first.clone()]);
+    let two = body(&[with(300..312), (1..=20).collect()]);
+    // 8 prompt tokens a step: the first prompt stops at 19 and 30 for the prompts
+    // riding on it, and is at 38 of its 42 after six steps.
+    let mut s = chunked_scheduler(&m, 8);
+    let logs = [submit(&mut s, one.clone()), submit(&mut s, two.clone())];
+    for _ in 0..6 {
+        s.step_blocking();
+    }
+    let late = body(&[first[..34].iter().copied().chain(250..260).collect()]);
+    let late_log = submit(&mut s, late.clone());
+    run_to_end(&mut s);
+    let stats = s.stats();
+    assert_eq!(
+        (stats.prefill_tokens, stats.prefills),
+        (42 + 12 + 12 + 1 + 10, 5),
+        "the first prompt whole, the rests of the others, nothing of the repeated one"
+    );
+    for (log, b) in logs.iter().chain([&late_log]).zip([&one, &two, &late]) {
+        let got = done(log);
+        let prompts: Vec<Vec<u32>> = serde_json::from_value(b["prompt"].clone()).unwrap();
+        assert_eq!(got.choices.len(), prompts.len());
+        for (c, p) in got.choices.iter().zip(&prompts) {
+            let mut want = alone(&m, &body(std::slice::from_ref(p))).choices.remove(0);
+            want.index = c.index;
+            assert_eq!(c, &want, "prompt {p:?}");
+        }
+        let tokens: usize = prompts.iter().map(Vec::len).sum();
+        assert_eq!(got.usage.prompt_tokens, tokens as u64, "{b}");
+        assert_eq!(got.usage.prompt_tokens_details.cached_tokens, 0, "{b}");
+    }
+}

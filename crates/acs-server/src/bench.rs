@@ -212,6 +212,8 @@ struct EngineRun {
     tokens_per_sec: f64,
     /// Prompts prefilled.
     prefills: u64,
+    /// Prompt tokens prefilled since it started.
+    prefill_tokens: u64,
     /// Most KV cache memory the running sequences held at once.
     kv_bytes_peak: u64,
 }
@@ -224,16 +226,16 @@ fn fresh_engine(model: &Arc<Model>) -> Engine {
     )
 }
 
-/// Aggregate throughput of the engine: `concurrent` requests of one prompt each
-/// (`prompt`: token ids, or the default short text), or one request with `n` choices.
-/// Its prefills and KV peak are the engine's since it started.
+/// Aggregate throughput of the engine: `concurrent` requests of `prompt` (the
+/// contract's `prompt`: a text, token ids, or several prompts' ids) each with `n`
+/// choices. Its prefills and KV peak are the engine's since it started.
 fn engine_run(
     engine: &Engine,
     model: &Arc<Model>,
     concurrent: usize,
     n: usize,
     max_tokens: usize,
-    prompt: Option<&[u32]>,
+    prompt: &serde_json::Value,
 ) -> Result<EngineRun, CliError> {
     let info = model_info(model, "bench", 0);
     // End-of-generation tokens are banned, so every sequence runs to max_tokens and the
@@ -243,10 +245,6 @@ fn engine_run(
         .filter(|&id| tok.is_eog(id))
         .map(|id| (id.to_string(), json!(-100)))
         .collect();
-    let prompt = match prompt {
-        Some(ids) => json!(ids),
-        None => json!("The sky is"),
-    };
     let body = json!({"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "n": n, "seed": 1, "logit_bias": no_eog});
     let req = CompletionRequest::from_value(&body, Endpoint::Completions)?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -271,29 +269,42 @@ fn engine_run(
     Ok(EngineRun {
         tokens_per_sec: generated as f64 / secs,
         prefills: stats.prefills,
+        prefill_tokens: stats.prefill_tokens,
         kv_bytes_peak: stats.kv_bytes_peak,
     })
 }
 
 /// Medians of `repeat` runs each; the runs of one shape alternate with the others',
-/// so that a slow spell of a shared machine does not land on one shape alone. The
-/// last three shapes repeat one request, eight, and one with n=8 on a long prompt
-/// (`long`), where sharing the prompt's prefill and KV cache matters: the n=8 run's
-/// KV peak is printed beside what eight copies would take.
+/// so that a slow spell of a shared machine does not land on one shape alone. Three
+/// shapes repeat one request, eight, and one with n=8 on a long prompt (`long`), where
+/// sharing the prompt's prefill and KV cache matters: the n=8 run's KV peak is printed
+/// beside what eight copies would take. The last is one request of eight prompts that
+/// begin with the long one, each with 16 tokens of its own (a shared preamble): the
+/// tokens it prefilled are printed beside the prompts' total.
 fn engine_bench(
     model: &Arc<Model>,
     max_tokens: usize,
     repeat: usize,
     long: &[u32],
 ) -> Result<(), CliError> {
+    let short = json!("The sky is");
+    let preambled: Vec<Vec<u32>> = (0..8)
+        .map(|i| {
+            let own = long.iter().copied().cycle().skip(16 * i).take(16);
+            long.iter().copied().chain(own).collect()
+        })
+        .collect();
+    let preambled_tokens: usize = preambled.iter().map(Vec::len).sum();
+    let (long, preambled) = (json!(long), json!(preambled));
     let shapes = [
-        (1, 1, None),
-        (8, 1, None),
-        (32, 1, None),
-        (1, 8, None),
-        (1, 1, Some(long)),
-        (8, 1, Some(long)),
-        (1, 8, Some(long)),
+        (1, 1, &short),
+        (8, 1, &short),
+        (32, 1, &short),
+        (1, 8, &short),
+        (1, 1, &long),
+        (8, 1, &long),
+        (1, 8, &long),
+        (1, 1, &preambled),
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
     // The long prompt's one request again, on the engine that ran it: its prompt is
@@ -308,15 +319,16 @@ fn engine_bench(
             let engine = fresh_engine(model);
             let r = engine_run(&engine, model, concurrent, n, max_tokens, prompt)?;
             runs[i].push(r.tokens_per_sec);
-            if (concurrent, n, prompt.is_some()) == (1, 1, true) {
+            if i == 4 {
                 let warm = engine_run(&engine, model, 1, 1, max_tokens, prompt)?;
                 again.push((warm.tokens_per_sec, warm.prefills - r.prefills));
             }
             last.push(r);
         }
     }
-    let [one, x8, x32, n8, long_one, long_x8, long_n8] =
-        [0, 1, 2, 3, 4, 5, 6].map(|i| median(runs[i].clone()));
+    let [one, x8, x32, n8, long_one, long_x8, long_n8, shared] =
+        [0, 1, 2, 3, 4, 5, 6, 7].map(|i| median(runs[i].clone()));
+    let long_len = long.as_array().map_or(0, Vec::len);
     println!(
         "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {} prefill",
         x8 / one,
@@ -325,10 +337,9 @@ fn engine_bench(
         last[3].prefills
     );
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    let copies = 8 * (long.len() + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
+    let copies = 8 * (long_len + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
     println!(
-        "engine    {}-token prompt: requests x1 {long_one:7.1} tok/s | x8 {long_x8:7.1} tok/s ({:.2}x, {} prefill) | one request n=8 {long_n8:7.1} tok/s, KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
-        long.len(),
+        "engine    {long_len}-token prompt: requests x1 {long_one:7.1} tok/s | x8 {long_x8:7.1} tok/s ({:.2}x, {} prefill) | one request n=8 {long_n8:7.1} tok/s, KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
         long_x8 / long_one,
         last[5].prefills,
         mib(last[6].kv_bytes_peak),
@@ -337,9 +348,12 @@ fn engine_bench(
     let prefills = again.last().map_or(0, |&(_, p)| p);
     let warm = median(again.into_iter().map(|(t, _)| t).collect());
     println!(
-        "engine    {}-token prompt again (kept in the prompt cache): request x1 {warm:7.1} tok/s ({:.2}x the first, {prefills} prefill)",
-        long.len(),
+        "engine    {long_len}-token prompt again (kept in the prompt cache): request x1 {warm:7.1} tok/s ({:.2}x the first, {prefills} prefill)",
         warm / long_one
+    );
+    println!(
+        "engine    8 prompts beginning with the {long_len}-token one, 16 tokens each of their own, one request: {shared:7.1} tok/s, {} of their {preambled_tokens} tokens prefilled",
+        last[7].prefill_tokens
     );
     Ok(())
 }

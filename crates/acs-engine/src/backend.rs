@@ -40,18 +40,14 @@ pub trait Backend {
     }
 
     /// A cache of its own holding the first `prefix` positions of `cache`, with room
-    /// for `positions`: a prompt that begins with a kept prompt's tokens prefills only
-    /// the rest. `None` where the backend keeps no prompts (see
-    /// [`Backend::forks_share_prompt`]).
+    /// for `positions`: a prompt that begins with another's tokens prefills only the
+    /// rest.
     fn copy_prefix(
         &self,
         cache: &Self::Cache,
         prefix: usize,
         positions: usize,
-    ) -> Option<Self::Cache> {
-        let _ = (cache, prefix, positions);
-        None
-    }
+    ) -> Result<Self::Cache, Self::Error>;
 
     /// Memory `cache` takes, in bytes (its capacity).
     fn cache_bytes(&self, cache: &Self::Cache) -> usize;
@@ -84,8 +80,13 @@ impl Backend for Model {
         true
     }
 
-    fn copy_prefix(&self, cache: &KvCache, prefix: usize, positions: usize) -> Option<KvCache> {
-        Some(cache.copy_prefix(prefix, positions.min(self.config.context)))
+    fn copy_prefix(
+        &self,
+        cache: &KvCache,
+        prefix: usize,
+        positions: usize,
+    ) -> Result<KvCache, ModelError> {
+        Ok(cache.copy_prefix(prefix, positions.min(self.config.context)))
     }
 
     fn cache_bytes(&self, cache: &KvCache) -> usize {
@@ -121,6 +122,15 @@ mod gpu {
 
         fn fork(&self, cache: &mut GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
             self.fork_cache(cache, positions)
+        }
+
+        fn copy_prefix(
+            &self,
+            cache: &GpuCache,
+            prefix: usize,
+            positions: usize,
+        ) -> Result<GpuCache, GpuError> {
+            self.copy_cache(cache, prefix, positions)
         }
 
         fn cache_bytes(&self, cache: &GpuCache) -> usize {

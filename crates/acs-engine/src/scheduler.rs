@@ -8,11 +8,12 @@
 //! choice decodes one token per step until it stops. Each step's new text goes to the
 //! request's sink; the last event carries the choices, usage and activations.
 //!
-//! Prompts share work where their tokens agree (on the CPU, where branches share their
-//! prompt's positions): a prompt that begins like one being prefilled, in the same
-//! request or another, waits for it to reach the end of what they share and branches
-//! from its cache there (a [`Ride`]); one that begins like a prompt of an earlier
-//! request starts from the prompt cache (see [`SchedulerConfig::prompt_cache`]).
+//! Prompts share work where their tokens agree: a prompt that begins like one being
+//! prefilled, in the same request or another, waits for it to reach the end of what
+//! they share and branches from its cache there (a [`Ride`]); one that begins like a
+//! prompt of an earlier request starts from the prompt cache (see
+//! [`SchedulerConfig::prompt_cache`]). A branch shares the positions on the CPU and
+//! copies them on the GPU (see [`Backend::forks_share_prompt`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -161,8 +162,7 @@ pub struct SchedulerConfig {
     /// with at least [`PREFIX_MIN_TOKENS`] of a kept prompt's tokens starts from a
     /// copy of them and prefills only the rest (0: none). Kept
     /// prompts use KV memory that no request holds, and give it up, the least
-    /// recently used first, whenever a request needs the room. Only where branches
-    /// share their prompt's positions (the CPU backend), and only for requests that
+    /// recently used first, whenever a request needs the room. Only for requests that
     /// neither steer, read out activations, nor score their prompt.
     pub prompt_cache: usize,
 }
@@ -586,27 +586,22 @@ impl<B: Backend> Scheduler<B> {
                     self.running[request].prompts[prompt].rides_on = Some(ride);
                     return Ok(());
                 }
-                // The leader is there already (a branch shares its positions) or past
-                // it (a copy of its first ones).
-                let branch = if theirs.done == at {
-                    Some(self.backend.fork(cache, positions)?)
+                // The leader is there already (a branch of its cache) or past it (a
+                // copy of its first positions).
+                let cache = if theirs.done == at {
+                    self.backend.fork(cache, positions)?
                 } else {
-                    self.backend.copy_prefix(cache, at, positions)
+                    self.backend.copy_prefix(cache, at, positions)?
                 };
-                match branch {
-                    Some(c) => (c, at, 0),
-                    None => (self.backend.new_cache(positions), 0, 0),
-                }
+                (cache, at, 0)
             }
             (_, Some((k, n))) => {
-                match self.backend.copy_prefix(&self.kept[k].cache, n, positions) {
-                    Some(copy) => {
-                        self.kept[k].used = self.tick();
-                        self.stats.prompt_cache_hits += 1;
-                        (copy, n, n)
-                    }
-                    None => (self.backend.new_cache(positions), 0, 0),
-                }
+                let cache = self
+                    .backend
+                    .copy_prefix(&self.kept[k].cache, n, positions)?;
+                self.kept[k].used = self.tick();
+                self.stats.prompt_cache_hits += 1;
+                (cache, n, n)
             }
             _ => (self.backend.new_cache(positions), 0, 0),
         };
@@ -890,7 +885,7 @@ impl<B: Backend> Scheduler<B> {
         let mut cache = pr.cache.take().expect("prefilled prompt has its cache");
         // A prompt this request prefilled itself goes to the prompt cache: a branch
         // that holds its positions, for later requests with the same tokens.
-        let keep = ran && self.config.prompt_cache > 0 && backend.forks_share_prompt() && plain(g);
+        let keep = ran && self.config.prompt_cache > 0 && plain(g);
         let kept = if keep {
             Some((
                 ids.clone(),
@@ -1042,12 +1037,9 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// The prompt being prefilled (request and prompt, by place in `running`) that a
-    /// plain prompt of `ids` shares the most with, and its [`branch_point`]: where
-    /// branches share their prompt's positions, and among [`plain`] requests.
+    /// plain prompt of `ids` shares the most with, and its [`branch_point`], among
+    /// [`plain`] requests.
     fn leader_for(&self, ids: &[u32]) -> Option<(usize, usize, usize)> {
-        if !self.backend.forks_share_prompt() {
-            return None;
-        }
         let mut best: Option<(usize, usize, usize)> = None;
         for (ri, a) in self.running.iter().enumerate() {
             if !plain(&a.generation) {

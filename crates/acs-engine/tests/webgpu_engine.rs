@@ -79,3 +79,46 @@ fn webgpu_engine_gives_the_cpu_engines_completions() {
         "prefilled once per prompt"
     );
 }
+
+/// On the GPU too (copies made on the device), a prompt sent again starts from the
+/// prompt cache, one that begins like a kept prompt (by 16 tokens or more) prefills
+/// only its own end, and the prompts of one request that begin alike prefill their
+/// common beginning once: every completion is the CPU engine's, and usage says which
+/// tokens came from the cache.
+#[test]
+fn webgpu_engine_keeps_prompts_and_shares_beginnings() {
+    let file =
+        Arc::new(GgufFile::from_vec(test_model_bytes(&TestModelSpec::tiny()).unwrap()).unwrap());
+    let model = Arc::new(Model::from_gguf(Arc::clone(&file)).unwrap());
+    let gpu = Arc::new(GpuModel::new(&file).expect("a WebGPU adapter (lavapipe counts)"));
+    let config = SchedulerConfig::with_kv_bytes(&model, 64 << 20);
+    let cpu_engine = Engine::start(Arc::clone(&model), config);
+    let gpu_engine = Engine::start_on(Arc::clone(&model), gpu, config);
+    let with = |first: u32, tail: std::ops::Range<u32>| -> Vec<u32> {
+        (first..first + 40).chain(tail).collect()
+    };
+    let body = |prompts: Vec<Vec<u32>>| json!({"model": "m", "prompt": prompts, "n": 2, "max_tokens": 6, "temperature": 0});
+    // (request, cached tokens, tokens prefilled)
+    let cases = [
+        (body(vec![with(20, 100..106)]), 0, 46),
+        (body(vec![with(20, 100..106)]), 46, 0),
+        (body(vec![with(20, 120..130)]), 40, 10),
+        (
+            body(vec![with(60, 100..106), with(60, 110..116)]),
+            0,
+            46 + 6,
+        ),
+    ];
+    for (b, cached, prefilled) in cases {
+        let before = gpu_engine.stats().prefill_tokens;
+        let (c, g) = (
+            finished(&cpu_engine, b.clone()),
+            finished(&gpu_engine, b.clone()),
+        );
+        let texts = |f: &Finished| f.choices.iter().map(|c| c.text.clone()).collect::<Vec<_>>();
+        assert_eq!(texts(&c), texts(&g), "{b}");
+        assert_eq!(g.usage.prompt_tokens_details.cached_tokens, cached, "{b}");
+        assert_eq!(g.usage.prompt_tokens, c.usage.prompt_tokens, "{b}");
+        assert_eq!(gpu_engine.stats().prefill_tokens - before, prefilled, "{b}");
+    }
+}

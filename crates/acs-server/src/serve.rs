@@ -38,8 +38,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 2048)]
     kv_mib: usize,
     /// Prompts kept after their requests end, so that later requests with the same
-    /// prompt skip its prefill (0: none). They use KV memory no request holds and give
-    /// it up to requests that need it. CPU backend only.
+    /// prompt skip its prefill, and those that begin like one prefill only the rest
+    /// (0: none). They use KV memory no request holds and give it up to requests that
+    /// need it.
     #[arg(long, default_value_t = acs_engine::scheduler::PROMPT_CACHE_ENTRIES)]
     prompt_cache: usize,
     /// Largest request body, in bytes.

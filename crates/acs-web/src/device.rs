@@ -137,15 +137,15 @@ impl Backend for Device {
         cache: &DeviceCache,
         prefix: usize,
         positions: usize,
-    ) -> Option<DeviceCache> {
+    ) -> Result<DeviceCache, DeviceError> {
         match (&self.kind, cache) {
-            (Kind::Cpu(m), DeviceCache::Cpu(c)) => {
-                Backend::copy_prefix(&**m, c, prefix, positions).map(DeviceCache::Cpu)
-            }
-            (Kind::Gpu(g), DeviceCache::Gpu(c)) => {
-                Backend::copy_prefix(&**g, c, prefix, positions).map(DeviceCache::Gpu)
-            }
-            _ => None,
+            (Kind::Cpu(m), DeviceCache::Cpu(c)) => Ok(DeviceCache::Cpu(Backend::copy_prefix(
+                &**m, c, prefix, positions,
+            )?)),
+            (Kind::Gpu(g), DeviceCache::Gpu(c)) => Ok(DeviceCache::Gpu(Backend::copy_prefix(
+                &**g, c, prefix, positions,
+            )?)),
+            _ => Err(DeviceError::Mixed),
         }
     }
 

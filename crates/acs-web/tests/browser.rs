@@ -108,6 +108,10 @@ async fn two_prompts_times_n_two_on_webgpu() {
     let one = complete(&acs, body(1, json!({}))).await.expect("completes");
     // Each prompt counts once, whatever n.
     assert_eq!(c["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+    // The second request's prompts come from the prompt cache (kept on the GPU).
+    let cached = |c: &Value| c["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+    assert_eq!(cached(&c), 0);
+    assert_eq!(cached(&one), one["usage"]["prompt_tokens"]);
     let u = &c["usage"];
     assert_eq!(
         u["total_tokens"].as_u64(),

@@ -1050,26 +1050,41 @@ impl GpuModel {
 
     /// A copy of `cache` with room for `positions` positions (at least the ones it
     /// holds), made on the device (no readback): how the n choices of a prompt branch
-    /// from its prefill. The copy is allocated at its final size once, so a branch
-    /// does not double at its first token.
+    /// from its prefill. See [`GpuModel::copy_cache`].
     pub fn fork_cache(&self, cache: &GpuCache, positions: usize) -> Result<GpuCache, GpuError> {
+        self.copy_cache(cache, cache.len, positions)
+    }
+
+    /// A cache of its own holding the first `prefix` positions of `cache` (at most
+    /// all of them), copied on the device, with room for `positions` positions: a
+    /// prompt that begins like a kept one starts from it. The copy is allocated at its
+    /// final size once (in whole [`CACHE_STEP`]s), so a branch does not double at its
+    /// first token, and a kept prompt takes about its own positions, not the room its
+    /// request had.
+    pub fn copy_cache(
+        &self,
+        cache: &GpuCache,
+        prefix: usize,
+        positions: usize,
+    ) -> Result<GpuCache, GpuError> {
         self.check_lost()?;
-        let room = positions.max(cache.len);
-        let Some((k, v)) = &cache.kv else {
+        let prefix = prefix.min(cache.len);
+        let room = positions.max(prefix);
+        let (Some((k, v)), true) = (&cache.kv, prefix > 0) else {
             return Ok(GpuCache {
                 room,
                 ..GpuCache::default()
             });
         };
-        // The copy's own room where it is more than the original holds (and fits the
-        // device); else the original's capacity.
-        let cap = match self.reserved_capacity(room) {
-            Some(want) if want > cache.cap => want,
-            _ => cache.cap,
-        };
+        // Room for `positions` where the device can hold that many (else for the
+        // positions copied; the cache grows, or fails, at its step).
+        let cap = self
+            .reserved_capacity(room)
+            .or_else(|| self.reserved_capacity(prefix))
+            .unwrap_or(cache.cap);
         let (nk, nv, layer_bytes) = self.kv_buffers(cap);
         let mut enc = self.device.create_command_encoder(&Default::default());
-        for (src_off, dst_off, size) in self.layer_copies(cache, layer_bytes) {
+        for (src_off, dst_off, size) in self.layer_copies(cache, prefix, layer_bytes) {
             for (old, new) in [(k, &nk), (v, &nv)] {
                 enc.copy_buffer_to_buffer(old, src_off, new, dst_off, size);
             }
@@ -1077,7 +1092,7 @@ impl GpuModel {
         self.queue.submit([enc.finish()]);
         Ok(GpuCache {
             kv: Some((nk, nv)),
-            len: cache.len,
+            len: prefix,
             cap,
             room,
             layer_bytes,
@@ -1465,7 +1480,7 @@ impl GpuModel {
     fn grow(&self, cache: &mut GpuCache, cap: usize, rec: &mut Recorder<'_>) {
         let (nk, nv, layer_bytes) = self.kv_buffers(cap);
         if let Some((ok, ov)) = &cache.kv {
-            for (src_off, dst_off, size) in self.layer_copies(cache, layer_bytes) {
+            for (src_off, dst_off, size) in self.layer_copies(cache, cache.len, layer_bytes) {
                 for (old, new) in [(ok, &nk), (ov, &nv)] {
                     rec.ops.push(Op::Copy {
                         src: old.clone(),
@@ -1499,11 +1514,16 @@ impl GpuModel {
     }
 
     /// The copies (offset in `from`'s buffers, offset in the new ones, bytes) that
-    /// move the positions `from` holds into buffers whose layers lie `layer_bytes`
-    /// apart, one per layer; none when it holds nothing.
-    fn layer_copies(&self, from: &GpuCache, layer_bytes: u64) -> Vec<(u64, u64, u64)> {
+    /// move the first `positions` positions of `from` into buffers whose layers lie
+    /// `layer_bytes` apart, one per layer; none for no positions.
+    fn layer_copies(
+        &self,
+        from: &GpuCache,
+        positions: usize,
+        layer_bytes: u64,
+    ) -> Vec<(u64, u64, u64)> {
         let c = &self.config;
-        let used = (from.len * c.kv_dim() * KV_VALUE_BYTES) as u64;
+        let used = (positions * c.kv_dim() * KV_VALUE_BYTES) as u64;
         if used == 0 {
             return Vec::new();
         }

@@ -33,8 +33,8 @@ fn finished(engine: &Engine, body: Value) -> Finished {
     }
 }
 
-#[test]
-fn webgpu_engine_gives_the_cpu_engines_completions() {
+/// The tiny model, and an engine over it on the CPU and one on WebGPU.
+fn engines() -> (Arc<Model>, Engine, Engine) {
     let file =
         Arc::new(GgufFile::from_vec(test_model_bytes(&TestModelSpec::tiny()).unwrap()).unwrap());
     let model = Arc::new(Model::from_gguf(Arc::clone(&file)).unwrap());
@@ -42,6 +42,12 @@ fn webgpu_engine_gives_the_cpu_engines_completions() {
     let config = SchedulerConfig::with_kv_bytes(&model, 64 << 20);
     let cpu_engine = Engine::start(Arc::clone(&model), config);
     let gpu_engine = Engine::start_on(Arc::clone(&model), gpu, config);
+    (model, cpu_engine, gpu_engine)
+}
+
+#[test]
+fn webgpu_engine_gives_the_cpu_engines_completions() {
+    let (model, cpu_engine, gpu_engine) = engines();
     assert_eq!(cpu_engine.backend(), "cpu");
     assert!(
         gpu_engine.backend().starts_with("webgpu: "),
@@ -87,13 +93,7 @@ fn webgpu_engine_gives_the_cpu_engines_completions() {
 /// tokens came from the cache.
 #[test]
 fn webgpu_engine_keeps_prompts_and_shares_beginnings() {
-    let file =
-        Arc::new(GgufFile::from_vec(test_model_bytes(&TestModelSpec::tiny()).unwrap()).unwrap());
-    let model = Arc::new(Model::from_gguf(Arc::clone(&file)).unwrap());
-    let gpu = Arc::new(GpuModel::new(&file).expect("a WebGPU adapter (lavapipe counts)"));
-    let config = SchedulerConfig::with_kv_bytes(&model, 64 << 20);
-    let cpu_engine = Engine::start(Arc::clone(&model), config);
-    let gpu_engine = Engine::start_on(Arc::clone(&model), gpu, config);
+    let (_, cpu_engine, gpu_engine) = engines();
     let with = |first: u32, tail: std::ops::Range<u32>| -> Vec<u32> {
         (first..first + 40).chain(tail).collect()
     };

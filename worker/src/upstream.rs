@@ -27,9 +27,10 @@ const AFFINITY_SLACK: usize = 4;
 /// body's `prompt`): an `acs` server keeps the prompts it prefilled (its prompt
 /// cache), so a prompt sampled again, as rollouts are, skips its prefill there, one
 /// that begins like a kept one prefills only the rest, and requests that arrive
-/// together with prompts that begin alike share that beginning's prefill. Distinct prompts spread over the upstreams, and
-/// so do a prompt's runs once its upstream has [`AFFINITY_SLACK`] more of them running
-/// than the least busy (as this key's Durable Object counts them).
+/// together with prompts that begin alike share that beginning's prefill. Distinct
+/// prompts spread over the upstreams, and so do a prompt's runs once its upstream has
+/// [`AFFINITY_SLACK`] more of them running than the least busy (as this key's Durable
+/// Object counts them).
 #[derive(Debug)]
 pub struct Upstreams {
     urls: Vec<String>,

@@ -553,14 +553,18 @@ impl<B: Backend> Scheduler<B> {
     /// Gives a newly admitted prompt what it starts from, the longest-reaching first: a
     /// kept prompt of the same tokens (its choices branch at once), a ride on a prompt
     /// being prefilled (see [`Ride`]), a copy of the beginning it shares with a kept
-    /// prompt or with one being prefilled past that beginning, or an empty cache. Each
-    /// cache has the room of one choice (its last choice takes it over): the prompt and
-    /// the completion.
+    /// prompt or with one being prefilled past that beginning, or an empty cache (the
+    /// only start of a prompt whose request is not [`plain`]). Each cache has the room
+    /// of one choice (its last choice takes it over): the prompt and the completion.
     fn start_prompt(&mut self, request: usize, prompt: usize) -> Result<(), B::Error> {
         let g = &self.running[request].generation;
-        let (ids, max_tokens, plain) = (g.prompts[prompt].clone(), g.max_tokens, plain(g));
-        let positions = ids.len() + max_tokens;
-        if plain && let Some((cache, logits)) = self.branch_kept(&ids, max_tokens)? {
+        let positions = g.prompts[prompt].len() + g.max_tokens;
+        if !plain(g) {
+            self.running[request].prompts[prompt].cache = Some(self.backend.new_cache(positions));
+            return Ok(());
+        }
+        let (ids, max_tokens) = (g.prompts[prompt].clone(), g.max_tokens);
+        if let Some((cache, logits)) = self.branch_kept(&ids, max_tokens)? {
             let pr = &mut self.running[request].prompts[prompt];
             pr.cache = Some(cache);
             pr.cached = ids.len();
@@ -570,9 +574,7 @@ impl<B: Backend> Scheduler<B> {
             };
             return self.after_prefill(request, prompt, ids.len(), out, false);
         }
-        let leader = if plain { self.leader_for(&ids) } else { None };
-        let kept = if plain { self.kept_prefix(&ids) } else { None };
-        let (cache, done, cached) = match (leader, kept) {
+        let (cache, done, cached) = match (self.leader_for(&ids), self.kept_prefix(&ids)) {
             (Some((ri, pi, at)), kept) if kept.is_none_or(|(_, n)| n < at) => {
                 let leader = self.running[ri].id;
                 let theirs = &mut self.running[ri].prompts[pi];

@@ -295,6 +295,7 @@ fn engine_bench(
         })
         .collect();
     let preambled_tokens: usize = preambled.iter().map(Vec::len).sum();
+    let long_len = long.len();
     let (long, preambled) = (json!(long), json!(preambled));
     let shapes = [
         (1, 1, &short),
@@ -328,7 +329,6 @@ fn engine_bench(
     }
     let [one, x8, x32, n8, long_one, long_x8, long_n8, shared] =
         [0, 1, 2, 3, 4, 5, 6, 7].map(|i| median(runs[i].clone()));
-    let long_len = long.as_array().map_or(0, Vec::len);
     println!(
         "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {} prefill",
         x8 / one,

@@ -601,8 +601,7 @@ impl<B: Backend> Scheduler<B> {
                 let cache = self
                     .backend
                     .copy_prefix(&self.kept[k].cache, n, positions)?;
-                self.kept[k].used = self.tick();
-                self.stats.prompt_cache_hits += 1;
+                self.hit_kept(k);
                 (cache, n, n)
             }
             _ => (self.backend.new_cache(positions), 0, 0),
@@ -624,8 +623,7 @@ impl<B: Backend> Scheduler<B> {
         let Some(at) = self.kept.iter().position(|k| k.ids == ids) else {
             return Ok(None);
         };
-        self.kept[at].used = self.tick();
-        self.stats.prompt_cache_hits += 1;
+        self.hit_kept(at);
         let k = &mut self.kept[at];
         let cache = self.backend.fork(&mut k.cache, ids.len() + max_tokens)?;
         Ok(Some((cache, k.logits.clone())))
@@ -660,6 +658,13 @@ impl<B: Backend> Scheduler<B> {
                 used: now,
             });
         }
+    }
+
+    /// Counts a prompt that started from kept prompt `k` (whole or its beginning), and
+    /// makes `k` the most recently used, the last to be evicted.
+    fn hit_kept(&mut self, k: usize) {
+        self.kept[k].used = self.tick();
+        self.stats.prompt_cache_hits += 1;
     }
 
     /// Whether `positions` more fit beside the running requests' reservations and the

@@ -1,8 +1,8 @@
 //! Reductions over f32 slices in eight independent lanes (plain arrays the compiler
 //! turns into SIMD: SSE, AVX2 where a caller is compiled for it, SIMD128), where one
 //! running value would serialise the loop. Shared by the sampler's loops over the
-//! vocabulary and attention's softmax. Inlined always, so that a caller compiled for
-//! a wider instruction set gets them in its vectors.
+//! vocabulary, attention's softmax and the RMS norms. Inlined always, so that a caller
+//! compiled for a wider instruction set gets them in its vectors.
 
 /// Lanes of the partial results.
 pub(crate) const LANES: usize = 8;

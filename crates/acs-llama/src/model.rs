@@ -923,7 +923,10 @@ pub struct SeqOutput {
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let ms = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        // Eight running sums: one is a chain of `d` dependent adds (the compiler keeps
+        // their order), in which a decode step of eight sequences spent 0.33 ms of its
+        // 11 (both norms of every block), 0.17 ms with eight.
+        let ms = crate::lanes::sum_map(row, |v| v * v) / d as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
             *o = v * inv * g;

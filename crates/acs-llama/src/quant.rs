@@ -2871,6 +2871,10 @@ mod x86 {
     /// Each (sequence, key/value head) task streams a fresh stretch of the cache
     /// (20 KB at 160 positions), too short for the hardware prefetcher to get ahead
     /// of, and at eight sequences the caches no longer fit in the last-level cache.
+    /// The first `AHEAD` positions are asked for together before the loop starts:
+    /// a decode step's tasks are short (a few dozen positions after a short prompt),
+    /// and their first positions were otherwise loaded one at a time on demand
+    /// (attention of eight sequences 1.00 → 0.91 ms a step, of one 0.21 → 0.18).
     const AHEAD: usize = 8;
 
     /// Asks for the cache lines of one position's head (`HEAD` halves from `at`), if
@@ -2917,6 +2921,9 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn dots_impl<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
         let n = scores.len() / G;
+        for t in 0..AHEAD.min(n) {
+            prefetch_position(keys, t * stride);
+        }
         for t in 0..n {
             prefetch_position(keys, (t + AHEAD) * stride);
             let k = &keys[t * stride..t * stride + HEAD];
@@ -3019,6 +3026,9 @@ mod x86 {
         out: &mut [f32],
     ) {
         let n = weights.len() / G;
+        for t in 0..AHEAD.min(n) {
+            prefetch_position(values, t * stride);
+        }
         for pass in 0..HEAD / (8 * C) {
             let at = 8 * C * pass;
             let mut acc: [[__m256; C]; G] = std::array::from_fn(|h| {

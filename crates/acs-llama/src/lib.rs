@@ -12,4 +12,4 @@ pub mod tokenizer;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
 
-pub use team::threads;
+pub use team::{session, threads};

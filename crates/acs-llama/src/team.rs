@@ -236,8 +236,11 @@ mod threads {
     }
 
     /// Keeps the helpers awake (spinning) while `body` runs, so that its parallel
-    /// loops start without waking threads. Sessions on several threads take turns.
-    pub(crate) fn session<R>(body: impl FnOnce() -> R) -> R {
+    /// loops start without waking threads: each forward pass runs in one, and code
+    /// that calls the matmuls directly many times (a benchmark of them) should too,
+    /// or each call pays for waking the helpers. Sessions on several threads take
+    /// turns.
+    pub fn session<R>(body: impl FnOnce() -> R) -> R {
         if STATE.with(Cell::get) != State::Outside {
             return body();
         }
@@ -273,9 +276,11 @@ mod threads {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use threads::threads;
+pub(crate) use threads::run;
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) use threads::{run, session};
+pub use threads::session;
+#[cfg(not(target_arch = "wasm32"))]
+pub use threads::threads;
 
 /// The team's size: `ACS_THREADS` when it is a positive number (to leave cores to
 /// other work on a shared machine), else every core.
@@ -295,7 +300,7 @@ pub fn threads() -> usize {
 
 /// Runs `body` (one thread in the browser's wasm build).
 #[cfg(target_arch = "wasm32")]
-pub(crate) fn session<R>(body: impl FnOnce() -> R) -> R {
+pub fn session<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 

@@ -60,22 +60,27 @@ fn bench(
     let iters = ((2e8 / bytes / batch.min(16) as f64) as usize).max(n_mats);
     let mut rates = Vec::new();
     for _ in 0..5 {
+        // In one session, as a forward pass runs its matmuls: outside one, every call
+        // would wake the helper threads (a two-thread run measured 1.2× one thread's
+        // figure that way).
         let t = Instant::now();
-        for i in 0..iters {
-            let w = &mats[i % n_mats];
-            if packed {
-                let mut job = [MatJob {
-                    ty,
-                    weights: w,
-                    packed: Some(&panels[i % n_mats]),
-                    n_rows: rows,
-                    out: &mut out,
-                }];
-                matmul_many(&mut job, cols, &flat, &mut scratch).unwrap();
-            } else {
-                matmul_q8(ty, w, rows, cols, &xs, &mut out).unwrap();
+        acs_llama::session(|| {
+            for i in 0..iters {
+                let w = &mats[i % n_mats];
+                if packed {
+                    let mut job = [MatJob {
+                        ty,
+                        weights: w,
+                        packed: Some(&panels[i % n_mats]),
+                        n_rows: rows,
+                        out: &mut out,
+                    }];
+                    matmul_many(&mut job, cols, &flat, &mut scratch).unwrap();
+                } else {
+                    matmul_q8(ty, w, rows, cols, &xs, &mut out).unwrap();
+                }
             }
-        }
+        });
         rates.push(bytes * iters as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
     Some(rates.into_iter().fold(0.0, f64::max))
@@ -114,6 +119,100 @@ fn matmul_throughput() {
                 );
             }
         }
+    }
+}
+
+/// A matrix of [`decode_step_matmuls`]: its rows, their packed panels where this CPU
+/// has them, and their count.
+type Matrix = (Vec<u8>, Option<PackedMatrix>, usize);
+
+fn job<'a>((w, p, rows): &'a Matrix, out: &'a mut [f32]) -> MatJob<'a> {
+    MatJob {
+        ty: GgmlType::Q4_1,
+        weights: w,
+        packed: p.as_ref(),
+        n_rows: *rows,
+        out,
+    }
+}
+
+/// The Q4_1 matmuls of a decode step of the default model's shapes (30 blocks of
+/// queries, keys and values, attention output, gate and up, down: 66 MB of weights),
+/// on random weights, for one and for eight vectors, without the rest of the forward
+/// pass: medians of seven runs of 100 steps. `ACS_BENCH_BLOCKS=1` reuses one block's
+/// matrices for all 30 (cached weights), to tell the arithmetic from the reads.
+#[test]
+#[ignore = "benchmark"]
+fn decode_step_matmuls() {
+    let (d, kv, ffn) = (576, 192, 1536);
+    let distinct: usize = std::env::var("ACS_BENCH_BLOCKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let ty = GgmlType::Q4_1;
+    let matrix = |rows: usize, cols: usize, seed: u32| -> Matrix {
+        let w = weights(ty, rows, cols, seed);
+        let p = PackedMatrix::new(ty, &w, rows, cols);
+        (w, p, rows)
+    };
+    // q, k, v, attention output, gate, up, down.
+    let shapes = [
+        (d, d),
+        (kv, d),
+        (kv, d),
+        (d, d),
+        (ffn, d),
+        (ffn, d),
+        (d, ffn),
+    ];
+    let blocks: Vec<Vec<Matrix>> = (0..distinct.clamp(1, 30) as u32)
+        .map(|b| {
+            shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(rows, cols))| matrix(rows, cols, 7 * b + i as u32 + 1))
+                .collect()
+        })
+        .collect();
+    for batch in [1, 8] {
+        let xs_d: Vec<f32> = (0..batch * d)
+            .map(|i| (i % 11) as f32 / 5.0 - 1.0)
+            .collect();
+        let xs_ffn: Vec<f32> = (0..batch * ffn)
+            .map(|i| (i % 13) as f32 / 6.0 - 1.0)
+            .collect();
+        let mut outs: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|&(rows, _)| vec![0f32; rows * batch])
+            .collect();
+        let mut scratch = QuantizedActivations::default();
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            let steps = 100;
+            let t = Instant::now();
+            acs_llama::session(|| {
+                for _ in 0..steps {
+                    for b in 0..30 {
+                        let m = &blocks[b % blocks.len()];
+                        let mut outs = outs.iter_mut();
+                        let mut next = || outs.next().expect("an output per matrix");
+                        let mut qkv = [job(&m[0], next()), job(&m[1], next()), job(&m[2], next())];
+                        matmul_many(&mut qkv, d, &xs_d, &mut scratch).unwrap();
+                        matmul_many(&mut [job(&m[3], next())], d, &xs_d, &mut scratch).unwrap();
+                        let mut ffn_in = [job(&m[4], next()), job(&m[5], next())];
+                        matmul_many(&mut ffn_in, d, &xs_d, &mut scratch).unwrap();
+                        matmul_many(&mut [job(&m[6], next())], ffn, &xs_ffn, &mut scratch).unwrap();
+                    }
+                }
+            });
+            times.push(t.elapsed().as_secs_f64() * 1e3 / steps as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "decode step's Q4_1 matmuls, {} distinct blocks, {batch} vector(s): {:.2} ms (median of 7)",
+            blocks.len(),
+            times[3]
+        );
     }
 }
 

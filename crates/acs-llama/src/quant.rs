@@ -2446,7 +2446,7 @@ mod x86 {
     }
 
     /// Asks for share `i` (`share` bytes, from [`prefetch_stride`]) of `ahead` (the
-    /// next panel, or pair of panels) to come into the cache. At eight vectors a core
+    /// next panel of the 256-bit kernels) to come into the cache. At eight vectors a core
     /// needs about 10 GB/s of weights, about what one core streams from DRAM, and the
     /// hardware prefetcher alone let the loads and the arithmetic take turns (a cold
     /// pair cost the sum of the two); spread over the blocks, these requests keep the
@@ -2589,11 +2589,10 @@ mod x86 {
                 // A lone last panel goes in both halves, and the high half is dropped.
                 let pair = r0 + 2 * PANEL <= rows.end;
                 let (a, b) = (panel(r0), panel(if pair { r0 + PANEL } else { r0 }));
-                // The next pair, whether this task's or the next one's.
+                // The next pair, whether this task's or the next one's (none past the
+                // matrix's last whole pair: the kernel then asks for this one again).
                 let next = (r0 + 2 * PANEL) / PANEL * panel_bytes;
-                let next_pair = pm
-                    .data
-                    .get(next..(next + 2 * panel_bytes).min(pm.data.len()));
+                let next_pair = pm.data.get(next..next + 2 * panel_bytes);
                 for g in (0..qx.count).step_by(8) {
                     // The first group of vectors asks for all of the next pair.
                     let ahead = if g == 0 {
@@ -2911,6 +2910,15 @@ mod x86 {
     /// (attention of eight sequences 1.00 → 0.91 ms a step, of one 0.21 → 0.18).
     const AHEAD: usize = 8;
 
+    /// Asks for the first [`AHEAD`] positions of a head's cache (positions `stride`
+    /// halves apart, `n` of them at most), before a loop that asks [`AHEAD`] ahead.
+    #[inline(always)]
+    fn prefetch_first(h: &[f16], n: usize, stride: usize) {
+        for t in 0..AHEAD.min(n) {
+            prefetch_position(h, t * stride);
+        }
+    }
+
     /// Asks for the cache lines of one position's head (`HEAD` halves from `at`), if
     /// it exists.
     #[inline(always)]
@@ -2955,9 +2963,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn dots_impl<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
         let n = scores.len() / G;
-        for t in 0..AHEAD.min(n) {
-            prefetch_position(keys, t * stride);
-        }
+        prefetch_first(keys, n, stride);
         for t in 0..n {
             prefetch_position(keys, (t + AHEAD) * stride);
             let k = &keys[t * stride..t * stride + HEAD];
@@ -3060,9 +3066,7 @@ mod x86 {
         out: &mut [f32],
     ) {
         let n = weights.len() / G;
-        for t in 0..AHEAD.min(n) {
-            prefetch_position(values, t * stride);
-        }
+        prefetch_first(values, n, stride);
         for pass in 0..HEAD / (8 * C) {
             let at = 8 * C * pass;
             let mut acc: [[__m256; C]; G] = std::array::from_fn(|h| {

@@ -122,13 +122,17 @@ fn matmul_throughput() {
     }
 }
 
+/// The format of [`decode_step_matmuls`]' matrices: the default model's.
+const STEP_TYPE: GgmlType = GgmlType::Q4_1;
+
 /// A matrix of [`decode_step_matmuls`]: its rows, their packed panels where this CPU
 /// has them, and their count.
 type Matrix = (Vec<u8>, Option<PackedMatrix>, usize);
 
+/// One matmul job of `m` into `out`.
 fn job<'a>((w, p, rows): &'a Matrix, out: &'a mut [f32]) -> MatJob<'a> {
     MatJob {
-        ty: GgmlType::Q4_1,
+        ty: STEP_TYPE,
         weights: w,
         packed: p.as_ref(),
         n_rows: *rows,
@@ -149,10 +153,9 @@ fn decode_step_matmuls() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
-    let ty = GgmlType::Q4_1;
     let matrix = |rows: usize, cols: usize, seed: u32| -> Matrix {
-        let w = weights(ty, rows, cols, seed);
-        let p = PackedMatrix::new(ty, &w, rows, cols);
+        let w = weights(STEP_TYPE, rows, cols, seed);
+        let p = PackedMatrix::new(STEP_TYPE, &w, rows, cols);
         (w, p, rows)
     };
     // q, k, v, attention output, gate, up, down.

@@ -583,12 +583,13 @@ impl Isa {
     }
 
     /// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and
-    /// if so whether their Q8_0 values are stored plus 128, for `vpdpbusd`.
-    fn panels(self) -> Option<bool> {
+    /// if so whether their Q8_0 values are stored plus 128, for `vpdpbusd`, and how
+    /// many rows a panel holds.
+    fn panels(self) -> Option<(bool, usize)> {
         match self {
             Isa::Scalar => None,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2(t) => Some(t.dpbusd()),
+            Isa::Avx2(t) => Some((t.dpbusd(), t.panel_rows())),
         }
     }
 }
@@ -686,18 +687,26 @@ pub struct MatJob<'a> {
 const PANEL: usize = 8;
 
 /// A Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
-/// SIMD register holds a different row: one `vpdpbusd` then advances eight rows by
-/// four values each, and the eight rows' scales convert with one instruction, so a
-/// block of eight rows costs a fraction of the instructions of eight separate rows.
+/// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
+/// with AVX-512) by four values each, and the rows' scales convert with one
+/// instruction, so a block of eight rows costs a fraction of the instructions of
+/// eight separate rows.
 ///
-/// Layout: panels of [`PANEL`] rows; in each, block after block:
-/// - Q4_1, 160 bytes: the eight rows' f16 scales, their f16 mins, then for `g` in 0..4
-///   the eight rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high
-///   nibbles: values `16 + 4g..`);
-/// - Q8_0, 272 bytes: the eight rows' f16 scales, then for `g` in 0..8 the eight rows'
-///   values `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it
-///   takes its first operand; the kernel takes `128 × Σx` back off, exactly, in
-///   integers); elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
+/// Layout: panels of `w` rows, [`PANEL`] for the 256-bit kernels and twice that for
+/// the AVX-512 ones (one register's lanes); in each, block after block:
+/// - Q4_1, `20w` bytes: the rows' f16 scales, their f16 mins, then for `g` in 0..4
+///   the rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high nibbles:
+///   values `16 + 4g..`);
+/// - Q8_0, `34w` bytes: the rows' f16 scales, then for `g` in 0..8 the rows' values
+///   `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it takes
+///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
+///   elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
+///
+/// A last 16-row panel past the matrix's rows holds zeros there, whose results are
+/// dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
+/// instruction, where two 8-row panels side by side took two loads and an insert:
+/// the Q4_1 kernel alone at eight vectors, with its weights in L1, ran a median 9%
+/// faster on a 2-core Xeon (fifteen alternating runs).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -705,6 +714,9 @@ pub struct PackedMatrix {
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     plus_128: bool,
+    /// Rows per panel: [`PANEL`], or twice that for the AVX-512 kernels.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    panel_rows: usize,
     n_rows: usize,
     n_cols: usize,
     /// Only x86 has kernels for the layout so far (elsewhere `new` returns `None`).
@@ -720,25 +732,25 @@ impl PackedMatrix {
         self.ty == GgmlType::Q4_1 || self.plus_128
     }
 
-    /// Bytes of one block of one panel.
+    /// Bytes of one block of a panel of `rows` rows.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn block_bytes(ty: GgmlType) -> usize {
+    fn block_bytes(ty: GgmlType, rows: usize) -> usize {
         match ty {
-            GgmlType::Q8_0 => 272,
-            _ => 160,
+            GgmlType::Q8_0 => 34 * rows,
+            _ => 20 * rows,
         }
     }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole panels; `None`
-    /// otherwise, and the matrix is used as stored.
+    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole 8-row panels;
+    /// `None` otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
         Self::pack(Isa::detect(), ty, weights, n_rows, n_cols)
     }
 
     /// [`PackedMatrix::new`] for the kernels of `isa`.
     fn pack(isa: Isa, ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
-        let plus_128 = isa.panels()?;
+        let (plus_128, width) = isa.panels()?;
         if !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
             return None;
         }
@@ -747,28 +759,28 @@ impl PackedMatrix {
             return None;
         }
         let nb = n_cols / QK;
-        let (src_block, dst_block) = (rb / nb, Self::block_bytes(ty));
-        let mut data = vec![0u8; n_rows / PANEL * nb * dst_block];
-        for (panel, dst) in weights
-            .chunks_exact(PANEL * rb)
-            .zip(data.chunks_exact_mut(nb * dst_block))
-        {
+        let (src_block, dst_block) = (rb / nb, Self::block_bytes(ty, width));
+        let mut data = vec![0u8; n_rows.div_ceil(width) * nb * dst_block];
+        for (p, dst) in data.chunks_exact_mut(nb * dst_block).enumerate() {
+            let rows = p * width..((p + 1) * width).min(n_rows);
             for (i, out) in dst.chunks_exact_mut(dst_block).enumerate() {
-                for r in 0..PANEL {
-                    let at = r * rb + src_block * i;
-                    let b = &panel[at..at + src_block];
+                for (r, row) in rows.clone().enumerate() {
+                    let at = row * rb + src_block * i;
+                    let b = &weights[at..at + src_block];
                     out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
                     if ty == GgmlType::Q4_1 {
-                        out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+                        let m = 2 * width + 2 * r;
+                        out[m..m + 2].copy_from_slice(&b[2..4]);
                         for g in 0..4 {
-                            let at = 32 + 32 * g + 4 * r;
+                            let at = 4 * width * (g + 1) + 4 * r;
                             out[at..at + 4].copy_from_slice(&b[4 + 4 * g..8 + 4 * g]);
                         }
                     } else {
                         for g in 0..8 {
                             for k in 0..4 {
                                 let v = b[2 + 4 * g + k];
-                                out[16 + 32 * g + 4 * r + k] = if plus_128 { v ^ 0x80 } else { v };
+                                let at = 2 * width + 4 * width * g + 4 * r + k;
+                                out[at] = if plus_128 { v ^ 0x80 } else { v };
                             }
                         }
                     }
@@ -778,6 +790,7 @@ impl PackedMatrix {
         Some(PackedMatrix {
             ty,
             plus_128,
+            panel_rows: width,
             n_rows,
             n_cols,
             data,
@@ -964,8 +977,8 @@ fn run_jobs(
         .iter_mut()
         .map(|j| {
             let rb = j.ty.row_bytes(n_cols).expect("validated shape");
-            // Whole pairs of panels per task when packed (AVX-512 takes them two at
-            // a time).
+            // Whole panels per task when packed, of either width (8 rows, or 16 for
+            // AVX-512).
             let per = (TASK_BYTES / rb.max(1)).clamp(2 * PANEL, 4096) / (2 * PANEL) * (2 * PANEL);
             let first = n_tasks;
             n_tasks += j.n_rows.div_ceil(per);
@@ -1826,7 +1839,7 @@ mod x86 {
     #[derive(Debug, Clone, Copy)]
     pub(super) struct Avx2Token {
         vnni: bool,
-        /// AVX-512 F, BW, VL and VNNI: packed panels two at a time in 512-bit registers.
+        /// AVX-512 F, BW, VL and VNNI: 16-row packed panels in 512-bit registers.
         avx512: bool,
     }
 
@@ -1844,12 +1857,17 @@ mod x86 {
             })
         }
 
-        /// Whether the packed kernels use `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI whose
-        /// pair kernel also takes a lone panel): then Q8_0 panels hold their values
+        /// Whether the packed kernels use `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI): then
+        /// Q8_0 panels hold their values
         /// plus 128, which `vpmaddubsw` cannot take (its 16-bit pair sums of those,
         /// up to 2 × 255 × 127, would saturate).
         pub(super) fn dpbusd(self) -> bool {
             self.vnni || self.avx512
+        }
+
+        /// Rows per panel of the packed matrices: one register's 32-bit lanes.
+        pub(super) fn panel_rows(self) -> usize {
+            if self.avx512 { 2 * PANEL } else { PANEL }
         }
 
         /// The same proof without AVX-VNNI or AVX-512 (always sound: it claims less),
@@ -2404,20 +2422,20 @@ mod x86 {
         std::array::from_fn(|v| lanes(acc[v]))
     }
 
-    /// Two panels' bytes side by side in one 512-bit register: panel `a` in the low
-    /// half, `b` in the high one, so that lane `k` is row `k` of the pair.
+    /// Sixty-four bytes of a 16-row panel: four of each row, row `k` in lane `k`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn load_pair(a: &[u8], b: &[u8]) -> __m512i {
-        _mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1)
+    fn load64(b: &[u8]) -> __m512i {
+        let b = &b[..64];
+        // SAFETY: `b` holds the 64 bytes read; the load is unaligned.
+        unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
     }
 
-    /// The f16 values of two panels' 8-row vectors (scales or mins) as 16 floats.
+    /// A 16-row panel's f16 values of one kind (scales or mins) as 16 floats.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn halves_pair(a: &[u8], b: &[u8]) -> __m512 {
-        let h = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(a)), load16(b), 1);
-        _mm512_cvtph_ps(h)
+    fn halves16(b: &[u8]) -> __m512 {
+        _mm512_cvtph_ps(load32(b))
     }
 
     /// Activations `at..at + 4` of a block in every lane of a 512-bit register.
@@ -2428,7 +2446,7 @@ mod x86 {
         _mm512_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
     }
 
-    /// Sixteen lanes: the rows of the pair of panels, in order.
+    /// Sixteen lanes: the rows of a 16-row panel, in order.
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn lanes16(v: __m512) -> [f32; 16] {
@@ -2449,7 +2467,7 @@ mod x86 {
     /// next panel of the 256-bit kernels) to come into the cache. At eight vectors a core
     /// needs about 10 GB/s of weights, about what one core streams from DRAM, and the
     /// hardware prefetcher alone let the loads and the arithmetic take turns (a cold
-    /// pair cost the sum of the two); spread over the blocks, these requests keep the
+    /// panel cost the sum of the two); spread over the blocks, these requests keep the
     /// memory busy while the kernel computes.
     #[inline]
     #[target_feature(enable = "sse")]
@@ -2461,36 +2479,35 @@ mod x86 {
         }
     }
 
-    /// Where the two-panel kernels' prefetches go: the next pair's two panels (`ahead`,
-    /// both panels end to end, each as long as `pa`) when it is whole, else this pair
-    /// again (asking for lines already in L1 is nearly free, and keeps the kernel's
-    /// loop free of branches).
+    /// Where the AVX-512 kernels' prefetches go: the next panel (`ahead`) when it is
+    /// whole, else this one again (asking for lines already in L1 is nearly free, and
+    /// keeps the kernel's loop free of branches).
     #[inline]
-    fn next_panels(pa: &[u8], pb: &[u8], ahead: &[u8]) -> (*const u8, *const u8) {
-        match ahead.split_at_checked(pa.len()) {
-            Some((na, nb)) if nb.len() == pa.len() => (na.as_ptr(), nb.as_ptr()),
-            _ => (pa.as_ptr(), pb.as_ptr()),
+    fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
+        if ahead.len() == panel.len() {
+            ahead.as_ptr()
+        } else {
+            panel.as_ptr()
         }
     }
 
-    /// Asks for block `i` of both panels at `next` (blocks of `BLOCK` bytes), while
-    /// block `i` of this pair computes: the same offsets as the block's own loads, so
-    /// the addresses cost no arithmetic beyond theirs, where sharing out the next
-    /// pair's bytes evenly (`prefetch_share`, as the 256-bit kernels do) computed each
-    /// block's share with scalar instructions that compete with the vector ones for
-    /// ports. `quant_bench`'s `decode_step_matmuls` (medians of three alternating
+    /// Asks for block `i` of the panel at `next` (blocks of `BLOCK` bytes), while
+    /// block `i` of this panel computes: the same offsets as the block's own loads,
+    /// so the addresses cost no arithmetic beyond theirs, where sharing out the next
+    /// panel's bytes evenly (`prefetch_share`, as the 256-bit kernels do) computed
+    /// each block's share with scalar instructions that compete with the vector ones
+    /// for ports. `quant_bench`'s `decode_step_matmuls` (medians of three alternating
     /// runs): one vector 2.14 → 1.78 ms, eight 4.87 → 4.54.
     #[inline]
     #[target_feature(enable = "sse")]
-    fn prefetch_block<const BLOCK: usize>(next: (*const u8, *const u8), i: usize) {
+    fn prefetch_block<const BLOCK: usize>(next: *const u8, i: usize) {
         for at in (0..BLOCK).step_by(64) {
             // Prefetches never fault, whatever the address.
-            _mm_prefetch::<_MM_HINT_T0>(next.0.wrapping_add(BLOCK * i + at).cast());
-            _mm_prefetch::<_MM_HINT_T0>(next.1.wrapping_add(BLOCK * i + at).cast());
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(BLOCK * i + at).cast());
         }
     }
 
-    /// Whether the two-panel kernels keep two sums a vector (a block's low and high
+    /// Whether the AVX-512 kernels keep two sums a vector (a block's low and high
     /// halves, added at its end) rather than one: with the vectors' sums interleaved,
     /// eight vectors give the `vpdpbusd` ports independent chains enough, and one sum
     /// spares an addition (the Q8_0 kernel alone: 96–109 G MAC/s with two, 114 with
@@ -2512,26 +2529,21 @@ mod x86 {
         }
     }
 
-    /// [`packed_q4_1_vnni`] on two Q4_1 panels at once, with AVX-512: every lane runs
-    /// the same operations in the same order as in the 256-bit kernel, so results are
+    /// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel, with AVX-512: every lane runs the
+    /// same operations in the same order as in the 256-bit kernel, so results are
     /// identical, at twice the rows per instruction and with 32 registers for the
-    /// accumulators of up to eight vectors.
+    /// sums of up to eight vectors.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn packed_q4_1_x2<const V: usize>(
-        pa: &[u8],
-        pb: &[u8],
-        ahead: &[u8],
-        x: Xs<'_>,
-    ) -> [[f32; 16]; V] {
+    fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
         let mask = _mm512_set1_epi8(0xF);
         let mut acc = [_mm512_setzero_ps(); V];
-        let next = next_panels(pa, pb, ahead);
+        let next = next_panel(panel, ahead);
         for i in 0..x.nb {
-            let (a, b) = (&pa[160 * i..160 * i + 160], &pb[160 * i..160 * i + 160]);
-            prefetch_block::<160>(next, i);
-            let d = halves_pair(a, b);
-            let m = halves_pair(&a[16..], &b[16..]);
+            let b = &panel[320 * i..320 * i + 320];
+            prefetch_block::<320>(next, i);
+            let d = halves16(b);
+            let m = halves16(&b[32..]);
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
             // Each group of weights goes to every vector before the next group, so
             // that the vectors' sums, independent chains, lie side by side in the
@@ -2547,7 +2559,7 @@ mod x86 {
             let mut lo = [_mm512_setzero_si512(); V];
             let mut hi = [_mm512_setzero_si512(); V];
             for g in 0..4 {
-                let wg = load_pair(&a[32 + 32 * g..], &b[32 + 32 * g..]);
+                let wg = load64(&b[64 + 64 * g..]);
                 let wl = _mm512_and_si512(wg, mask);
                 let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
                 for v in 0..V {
@@ -2569,21 +2581,16 @@ mod x86 {
         std::array::from_fn(|v| lanes16(acc[v]))
     }
 
-    /// [`packed_q8_0_vnni`] on two Q8_0 panels at once (see [`packed_q4_1_x2`]).
+    /// [`packed_q8_0_vnni`] on a 16-row Q8_0 panel (see [`packed_q4_1_512`]).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn packed_q8_0_x2<const V: usize>(
-        pa: &[u8],
-        pb: &[u8],
-        ahead: &[u8],
-        x: Xs<'_>,
-    ) -> [[f32; 16]; V] {
+    fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
         let mut acc = [_mm512_setzero_ps(); V];
-        let next = next_panels(pa, pb, ahead);
+        let next = next_panel(panel, ahead);
         for i in 0..x.nb {
-            let (a, b) = (&pa[272 * i..272 * i + 272], &pb[272 * i..272 * i + 272]);
-            prefetch_block::<272>(next, i);
-            let d = halves_pair(a, b);
+            let b = &panel[544 * i..544 * i + 544];
+            prefetch_block::<544>(next, i);
+            let d = halves16(b);
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
             // Groups to every vector in turn (as in `packed_q4_1_x2`): at eight
             // vectors 78–86 → 114 G MAC/s a core on L1-resident panels, at four 74–79
@@ -2591,8 +2598,8 @@ mod x86 {
             let mut lo = [_mm512_setzero_si512(); V];
             let mut hi = [_mm512_setzero_si512(); V];
             for g in 0..4 {
-                let wl = load_pair(&a[16 + 32 * g..], &b[16 + 32 * g..]);
-                let wh = load_pair(&a[144 + 32 * g..], &b[144 + 32 * g..]);
+                let wl = load64(&b[32 + 64 * g..]);
+                let wh = load64(&b[288 + 64 * g..]);
                 for v in 0..V {
                     lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
                     let h = if split_sums(V) {
@@ -2623,32 +2630,34 @@ mod x86 {
         put_lanes: &mut impl FnMut(usize, usize, &[f32; 8]),
     ) {
         let nb = qx.nb;
-        let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty);
+        let width = pm.panel_rows;
+        let panel_bytes = nb * super::PackedMatrix::block_bytes(pm.ty, width);
         let panel = |r0: usize| {
-            let p = r0 / PANEL;
+            let p = r0 / width;
             &pm.data[p * panel_bytes..(p + 1) * panel_bytes]
         };
         // Panels are the outer loop, so that a panel comes from memory once per call
         // and from L1 for the next group of vectors: a batch's step streams each
         // weight once, as a single sequence's does.
-        let mut r0 = rows.start;
-        while r0 < rows.end {
-            if t.avx512 && pm.for_dpbusd() {
-                // Two panels per kernel; 32 registers hold eight vectors' accumulators.
-                // A lone last panel goes in both halves, and the high half is dropped.
-                let pair = r0 + 2 * PANEL <= rows.end;
-                let (a, b) = (panel(r0), panel(if pair { r0 + PANEL } else { r0 }));
-                // The next pair, whether this task's or the next one's (none past the
-                // matrix's last whole pair: the kernel then asks for this one again).
-                let next = (r0 + 2 * PANEL) / PANEL * panel_bytes;
-                let next_pair = pm.data.get(next..next + 2 * panel_bytes);
+        if width == 2 * PANEL {
+            assert!(
+                t.avx512 && pm.for_dpbusd(),
+                "16-row panels are packed for the AVX-512 kernels alone"
+            );
+            debug_assert!(rows.start.is_multiple_of(width), "whole panels");
+            let q8 = pm.ty == GgmlType::Q8_0;
+            for r0 in rows.clone().step_by(width) {
+                let this = panel(r0);
+                // The next panel, whether this task's or the next one's (none past
+                // the matrix's last: the kernel then asks for this one again).
+                let next = (r0 / width + 1) * panel_bytes;
+                let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
+                // The high eight rows of a last panel past the matrix's rows (zeros)
+                // are dropped.
+                let high = r0 + PANEL < rows.end;
                 for g in (0..qx.count).step_by(8) {
-                    // The first group of vectors asks for all of the next pair.
-                    let ahead = if g == 0 {
-                        next_pair.unwrap_or(&[])
-                    } else {
-                        &[]
-                    };
+                    // The first group of vectors asks for all of the next panel.
+                    let ahead = if g == 0 { next } else { &[] };
                     let nv = (qx.count - g).min(8);
                     let x = Xs {
                         blocks: &qx.blocks[g * nb..(g + nv) * nb],
@@ -2656,12 +2665,11 @@ mod x86 {
                         lane: 0,
                         nb,
                     };
-                    let q8 = pm.ty == GgmlType::Q8_0;
                     let mut emit = |o: &[[f32; 16]]| {
                         for (v, lanes) in o.iter().enumerate() {
                             let (lo, hi) = lanes.split_at(PANEL);
                             put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
-                            if pair {
+                            if high {
                                 put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
                             }
                         }
@@ -2672,20 +2680,22 @@ mod x86 {
                     // touch memory only through bounds-checked slicing.
                     unsafe {
                         match nv {
-                            1 => emit(&packed_pair::<1>(q8, a, b, ahead, x)),
-                            2 => emit(&packed_pair::<2>(q8, a, b, ahead, x)),
-                            3 => emit(&packed_pair::<3>(q8, a, b, ahead, x)),
-                            4 => emit(&packed_pair::<4>(q8, a, b, ahead, x)),
-                            5 => emit(&packed_pair::<5>(q8, a, b, ahead, x)),
-                            6 => emit(&packed_pair::<6>(q8, a, b, ahead, x)),
-                            7 => emit(&packed_pair::<7>(q8, a, b, ahead, x)),
-                            _ => emit(&packed_pair::<8>(q8, a, b, ahead, x)),
+                            1 => emit(&packed_512::<1>(q8, this, ahead, x)),
+                            2 => emit(&packed_512::<2>(q8, this, ahead, x)),
+                            3 => emit(&packed_512::<3>(q8, this, ahead, x)),
+                            4 => emit(&packed_512::<4>(q8, this, ahead, x)),
+                            5 => emit(&packed_512::<5>(q8, this, ahead, x)),
+                            6 => emit(&packed_512::<6>(q8, this, ahead, x)),
+                            7 => emit(&packed_512::<7>(q8, this, ahead, x)),
+                            _ => emit(&packed_512::<8>(q8, this, ahead, x)),
                         }
                     }
                 }
-                r0 += if pair { 2 * PANEL } else { PANEL };
-                continue;
             }
+            return;
+        }
+        let mut r0 = rows.start;
+        while r0 < rows.end {
             // Four vectors per tile keep the accumulators and the unpacked weights
             // within the 16 AVX2 registers.
             let next = (r0 + PANEL) / PANEL * panel_bytes;
@@ -2752,24 +2762,23 @@ mod x86 {
         &next[start..(start + share).min(next.len())]
     }
 
-    /// The two-panel kernel of the format.
+    /// The AVX-512 kernel of the format.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
     #[inline]
-    unsafe fn packed_pair<const V: usize>(
+    unsafe fn packed_512<const V: usize>(
         q8: bool,
-        a: &[u8],
-        b: &[u8],
+        panel: &[u8],
         ahead: &[u8],
         x: Xs<'_>,
     ) -> [[f32; 16]; V] {
         // SAFETY: the caller guarantees the kernels' features.
         unsafe {
             if q8 {
-                packed_q8_0_x2::<V>(a, b, ahead, x)
+                packed_q8_0_512::<V>(panel, ahead, x)
             } else {
-                packed_q4_1_x2::<V>(a, b, ahead, x)
+                packed_q4_1_512::<V>(panel, ahead, x)
             }
         }
     }
@@ -3865,12 +3874,13 @@ mod tests {
         }
     }
 
-    /// The AVX-512 kernels take panels in pairs; each lane must run what the 256-bit
-    /// kernel runs, to the bit, whatever the batch (5 panels: two pairs and one left);
-    /// and the kernels without VNNI sum the same integers, so they agree to the bit too.
+    /// The AVX-512 kernels take 16-row panels; each lane must run what the 256-bit
+    /// kernel runs, to the bit, whatever the batch (40 rows: two panels of 16 and one
+    /// with 8 rows past the matrix); and the kernels without VNNI sum the same
+    /// integers, so they agree to the bit too.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn panel_pairs_match_single_panels_exactly() {
+    fn wide_panels_match_narrow_panels_exactly() {
         let Some(t) = x86::token() else {
             return;
         };

@@ -2554,8 +2554,8 @@ mod x86 {
             // eight vectors, 81–83 to 86–94 at four, the same at one; a decode step
             // of eight sequences from 14.7 to 13.4 ms and from 15.0 to 14.0 (two sets
             // of eight alternating runs of 100 steps, medians). Eight vectors are
-            // chains enough for one sum each;
-            // fewer keep two, the blocks' low and high halves (see `split_sums`).
+            // chains enough for one sum each; fewer keep two, the blocks' low and
+            // high halves (see `split_sums`).
             let mut lo = [_mm512_setzero_si512(); V];
             let mut hi = [_mm512_setzero_si512(); V];
             for g in 0..4 {

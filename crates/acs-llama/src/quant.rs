@@ -2592,7 +2592,7 @@ mod x86 {
             prefetch_block::<544>(next, i);
             let d = halves16(b);
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            // Groups to every vector in turn (as in `packed_q4_1_x2`): at eight
+            // Groups to every vector in turn (as in `packed_q4_1_512`): at eight
             // vectors 78–86 → 114 G MAC/s a core on L1-resident panels, at four 74–79
             // → 88–97, at one 34–35 → 38–42.
             let mut lo = [_mm512_setzero_si512(); V];

@@ -2995,7 +2995,7 @@ mod x86 {
     /// [`super::F32Ops::dots`] for heads of [`HEAD`] values, four query heads at a
     /// time at most; the caller checked that `keys` holds every position.
     pub(super) fn dots(
-        _t: Avx2Token,
+        t: Avx2Token,
         q: &[f32],
         heads: usize,
         keys: &[f16],
@@ -3004,6 +3004,20 @@ mod x86 {
     ) {
         let n = scores.len() / heads;
         for (q, scores) in q.chunks(4 * HEAD).zip(scores.chunks_mut(4 * n)) {
+            if t.avx512 {
+                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
+                // (with the AVX2, FMA and F16C every token proves); `dots_512` reads
+                // and writes its slices through checked slicing only.
+                unsafe {
+                    match q.len() / HEAD {
+                        1 => dots_512::<1>(q, keys, stride, scores),
+                        2 => dots_512::<2>(q, keys, stride, scores),
+                        3 => dots_512::<3>(q, keys, stride, scores),
+                        _ => dots_512::<4>(q, keys, stride, scores),
+                    }
+                }
+                continue;
+            }
             // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
             // FMA and F16C; `dots_impl` reads and writes its slices through checked
             // slicing only.
@@ -3091,7 +3105,7 @@ mod x86 {
     /// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values, four query heads
     /// at a time at most; the caller checked that `values` holds every position.
     pub(super) fn weighted_sum(
-        _t: Avx2Token,
+        t: Avx2Token,
         weights: &[f32],
         heads: usize,
         values: &[f16],
@@ -3100,6 +3114,20 @@ mod x86 {
     ) {
         let n = weights.len() / heads;
         for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * HEAD)) {
+            if t.avx512 {
+                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
+                // (with the AVX2, FMA and F16C every token proves);
+                // `weighted_sum_512` touches its slices through checked slicing only.
+                unsafe {
+                    match out.len() / HEAD {
+                        1 => weighted_sum_512::<1>(weights, values, stride, out),
+                        2 => weighted_sum_512::<2>(weights, values, stride, out),
+                        3 => weighted_sum_512::<3>(weights, values, stride, out),
+                        _ => weighted_sum_512::<4>(weights, values, stride, out),
+                    }
+                }
+                continue;
+            }
             // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
             // FMA and F16C; `weighted_sum_impl` touches its slices through checked
             // slicing only.
@@ -3151,6 +3179,156 @@ mod x86 {
                     // SAFETY: `o` is 8 writable floats; the store is unaligned.
                     unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *al) };
                 }
+            }
+        }
+    }
+
+    /// Sixteen floats of `v` from `at`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load16f(v: &[f32], at: usize) -> __m512 {
+        let v: &[f32; 16] = v[at..at + 16].try_into().expect("16 floats");
+        // SAFETY: `v` is 16 readable floats; the load is unaligned.
+        unsafe { _mm512_loadu_ps(v.as_ptr()) }
+    }
+
+    /// Sixteen half floats of `h` from `at` as f32.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load16h(h: &[f16], at: usize) -> __m512 {
+        let h: &[f16; 16] = h[at..at + 16].try_into().expect("16 halves");
+        // SAFETY: `h` is 16 readable halves (32 bytes); the load is unaligned.
+        _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr().cast()) })
+    }
+
+    /// One key against `G` query heads: per head, its 64 products in 16 lanes, lane
+    /// `l` summing those of values `l`, `l + 16`, `l + 32`, `l + 48` in that order.
+    /// Lanes 0–7 are [`dots_impl`]'s first accumulator and lanes 8–15 its second,
+    /// bit for bit (the same multiply-adds in the same order).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn key_sums<const G: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
+        let k: [__m512; 4] = std::array::from_fn(|j| load16h(k, 16 * j));
+        std::array::from_fn(|h| {
+            k.iter()
+                .enumerate()
+                .fold(_mm512_setzero_ps(), |a, (j, &kj)| {
+                    _mm512_fmadd_ps(load16f(q, h * HEAD + 16 * j), kj, a)
+                })
+        })
+    }
+
+    /// Two keys' sums `a` and `b` (see [`key_sums`]) with lanes `l` and `l + 8`
+    /// added: `[a₀..₈ | b₀..₈]`, each half what [`dots_impl`] gives [`hsum_ps`].
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn fold_pair(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        )
+    }
+
+    /// Eight keys' scores of one head from their [`fold_pair`]s (keys 0 and 1, 2
+    /// and 3, …): the sums of [`hsum_ps`], pair for pair —
+    /// `((x₀ + x₄) + (x₂ + x₆)) + ((x₁ + x₅) + (x₃ + x₇))` — eight at a time.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn scores8(p: [__m512; 4]) -> __m256 {
+        // x_j + x_{j+4}: [s_a | s_b | s_c | s_d] and [s_e | … | s_h], four lanes each.
+        let s = |x: __m512, y: __m512| {
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+            )
+        };
+        let (s1, s2) = (s(p[0], p[1]), s(p[2], p[3]));
+        // s_0 + s_2 and s_1 + s_3, keys of `s1` then of `s2` in each 128-bit lane.
+        let u = _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(s1, s2),
+            _mm512_shuffle_ps::<0b11_10_11_10>(s1, s2),
+        );
+        // (s_0 + s_2) + (s_1 + s_3): lane 4k holds key k's score, lane 4k + 1 key
+        // 4 + k's.
+        let f = _mm512_add_ps(
+            _mm512_shuffle_ps::<0b10_00_10_00>(u, u),
+            _mm512_shuffle_ps::<0b11_01_11_01>(u, u),
+        );
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm512_castps512_ps256(_mm512_permutexvar_ps(order, f))
+    }
+
+    /// [`dots_impl`] in 512-bit registers, the same bits: a key's 64 values are four
+    /// registers, not eight, and eight keys' sums are reduced together (a dozen
+    /// shuffles and adds for eight scores where [`hsum_ps`] takes five for one).
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    fn dots_512<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
+        let n = scores.len() / G;
+        prefetch_first(keys, n, stride);
+        let key = |t: usize| &keys[t * stride..t * stride + HEAD];
+        let whole = n - n % 8;
+        for t0 in (0..whole).step_by(8) {
+            let mut pairs = [[_mm512_setzero_ps(); 4]; G];
+            for (m, pair) in (0..4).map(|m| (m, t0 + 2 * m)) {
+                prefetch_position(keys, (pair + AHEAD) * stride);
+                prefetch_position(keys, (pair + 1 + AHEAD) * stride);
+                let (a, b) = (key_sums::<G>(q, key(pair)), key_sums::<G>(q, key(pair + 1)));
+                for h in 0..G {
+                    pairs[h][m] = fold_pair(a[h], b[h]);
+                }
+            }
+            for (h, p) in pairs.into_iter().enumerate() {
+                let out: &mut [f32; 8] = (&mut scores[h * n + t0..][..8])
+                    .try_into()
+                    .expect("8 scores");
+                // SAFETY: `out` is 8 writable floats; the store is unaligned.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), scores8(p)) };
+            }
+        }
+        for t in whole..n {
+            let a = key_sums::<G>(q, key(t));
+            for (h, a) in a.into_iter().enumerate() {
+                let halves = _mm256_add_ps(
+                    _mm512_castps512_ps256(a),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+                );
+                scores[h * n + t] = hsum_ps(halves);
+            }
+        }
+    }
+
+    /// [`weighted_sum_impl`] in 512-bit registers, the same bits (each output value
+    /// the same chain of multiply-adds): a position's 64 values are four registers,
+    /// and every head's whole output stays in registers for one pass.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    fn weighted_sum_512<const G: usize>(
+        weights: &[f32],
+        values: &[f16],
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        let n = weights.len() / G;
+        prefetch_first(values, n, stride);
+        let mut acc: [[__m512; 4]; G] =
+            std::array::from_fn(|h| std::array::from_fn(|c| load16f(out, h * HEAD + 16 * c)));
+        for t in 0..n {
+            prefetch_position(values, (t + AHEAD) * stride);
+            let v = &values[t * stride..t * stride + HEAD];
+            let v: [__m512; 4] = std::array::from_fn(|c| load16h(v, 16 * c));
+            for (h, a) in acc.iter_mut().enumerate() {
+                let w = _mm512_set1_ps(weights[h * n + t]);
+                for (a, &v) in a.iter_mut().zip(&v) {
+                    *a = _mm512_fmadd_ps(w, v, *a);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            for (c, &a) in a.iter().enumerate() {
+                let o: &mut [f32; 16] = (&mut out[h * HEAD + 16 * c..][..16])
+                    .try_into()
+                    .expect("16 floats");
+                // SAFETY: `o` is 16 writable floats; the store is unaligned.
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
             }
         }
     }
@@ -3869,6 +4047,42 @@ mod tests {
                             .sum();
                         assert!((f64::from(out[h * hd + e]) - want).abs() < 1e-4, "{h} {e}");
                     }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 attention kernels give the 256-bit ones' bits, for 1 to 5 query
+    /// heads and position counts around their groups of eight keys, with positions
+    /// further apart than one head (a stride of 80 values) and a nonzero output to
+    /// add to.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn wide_attention_matches_narrow_attention_exactly() {
+        let Some(t) = x86::token() else {
+            return;
+        };
+        let (wide, narrow) = (F32Ops(Isa::Avx2(t)), F32Ops(Isa::Avx2(t.without_avx512())));
+        let hd = 64;
+        for stride in [hd, 80] {
+            for n in [1, 7, 8, 9, 16, 23, 40] {
+                let mut cache = Vec::new();
+                F32Ops(Isa::Scalar).append_halves(&values(21, n * stride), &mut cache);
+                for heads in 1..=5 {
+                    let q = values(22 + heads as u64, heads * hd);
+                    let w = values(23, heads * n);
+                    let run = |ops: F32Ops| {
+                        let mut scores = vec![0f32; heads * n];
+                        ops.dots(&q, heads, &cache, stride, &mut scores);
+                        let mut out = values(24, heads * hd);
+                        ops.weighted_sum(&w, heads, &cache, stride, &mut out);
+                        (scores, out)
+                    };
+                    assert_eq!(
+                        run(wide),
+                        run(narrow),
+                        "stride {stride}, {n} keys, {heads} heads"
+                    );
                 }
             }
         }

@@ -273,3 +273,51 @@ fn forward_best_of() {
         8.0 / d8
     );
 }
+
+/// Attention's kernels on one core, as a decode step of eight sequences of the default
+/// model runs them: 720 (sequence, layer, key/value head) tasks of three query heads
+/// each, scores, softmax and weighted sum over 40 and 160 cached positions of half
+/// floats (6 and 29 MB: read from the last-level cache or memory, as a step reads a
+/// cache it last touched a step ago). Medians of nine runs.
+#[test]
+#[ignore = "benchmark"]
+fn attention_tasks() {
+    use acs_llama::quant::F32Ops;
+    let ops = F32Ops::detect();
+    let (tasks, group, hd) = (720, 3, 64);
+    for n in [40, 160] {
+        let caches: Vec<(Vec<half::f16>, Vec<half::f16>)> = (0..tasks)
+            .map(|i| {
+                let xs: Vec<f32> = (0..n * hd)
+                    .map(|j| ((i * 7 + j) as f32 * 0.01).sin())
+                    .collect();
+                let (mut k, mut v) = (Vec::new(), Vec::new());
+                ops.append_halves(&xs, &mut k);
+                ops.append_halves(&xs, &mut v);
+                (k, v)
+            })
+            .collect();
+        let q: Vec<f32> = (0..group * hd).map(|j| (j as f32 * 0.03).cos()).collect();
+        let mut out = vec![0f32; group * hd];
+        let mut times = Vec::new();
+        for _ in 0..9 {
+            let t = Instant::now();
+            for (k, v) in &caches {
+                let mut scores = vec![0f32; group * n];
+                ops.dots(&q, group, k, hd, &mut scores);
+                for row in scores.chunks_exact_mut(n) {
+                    ops.softmax(row, 0.125);
+                }
+                out.fill(0.0);
+                ops.weighted_sum(&scores, group, v, hd, &mut out);
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e6 / tasks as f64);
+            std::hint::black_box(&out);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "attention, {n} positions, {group} query heads a task: {:.2} us a task (median of 9)",
+            times[4]
+        );
+    }
+}

@@ -2992,6 +2992,18 @@ mod x86 {
         }
     }
 
+    /// `$f::<G>(args)` for the number of query heads `G` (1 to 4) that `$heads` is.
+    macro_rules! by_heads {
+        ($heads:expr, $f:ident($($arg:expr),*)) => {
+            match $heads {
+                1 => $f::<1>($($arg),*),
+                2 => $f::<2>($($arg),*),
+                3 => $f::<3>($($arg),*),
+                _ => $f::<4>($($arg),*),
+            }
+        };
+    }
+
     /// [`super::F32Ops::dots`] for heads of [`HEAD`] values, four query heads at a
     /// time at most; the caller checked that `keys` holds every position.
     pub(super) fn dots(
@@ -3004,29 +3016,15 @@ mod x86 {
     ) {
         let n = scores.len() / heads;
         for (q, scores) in q.chunks(4 * HEAD).zip(scores.chunks_mut(4 * n)) {
-            if t.avx512 {
-                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
-                // (with the AVX2, FMA and F16C every token proves); `dots_512` reads
-                // and writes its slices through checked slicing only.
-                unsafe {
-                    match q.len() / HEAD {
-                        1 => dots_512::<1>(q, keys, stride, scores),
-                        2 => dots_512::<2>(q, keys, stride, scores),
-                        3 => dots_512::<3>(q, keys, stride, scores),
-                        _ => dots_512::<4>(q, keys, stride, scores),
-                    }
-                }
-                continue;
-            }
             // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
-            // FMA and F16C; `dots_impl` reads and writes its slices through checked
-            // slicing only.
+            // FMA and F16C, and its `avx512` is set only when it found AVX-512 F too:
+            // the features of the kernel called. Both read and write their slices
+            // through checked slicing only.
             unsafe {
-                match q.len() / HEAD {
-                    1 => dots_impl::<1>(q, keys, stride, scores),
-                    2 => dots_impl::<2>(q, keys, stride, scores),
-                    3 => dots_impl::<3>(q, keys, stride, scores),
-                    _ => dots_impl::<4>(q, keys, stride, scores),
+                if t.avx512 {
+                    by_heads!(q.len() / HEAD, dots_512(q, keys, stride, scores))
+                } else {
+                    by_heads!(q.len() / HEAD, dots_impl(q, keys, stride, scores))
                 }
             }
         }
@@ -3114,24 +3112,18 @@ mod x86 {
     ) {
         let n = weights.len() / heads;
         for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * HEAD)) {
-            if t.avx512 {
-                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
-                // (with the AVX2, FMA and F16C every token proves);
-                // `weighted_sum_512` touches its slices through checked slicing only.
-                unsafe {
-                    match out.len() / HEAD {
-                        1 => weighted_sum_512::<1>(weights, values, stride, out),
-                        2 => weighted_sum_512::<2>(weights, values, stride, out),
-                        3 => weighted_sum_512::<3>(weights, values, stride, out),
-                        _ => weighted_sum_512::<4>(weights, values, stride, out),
-                    }
-                }
-                continue;
-            }
             // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
-            // FMA and F16C; `weighted_sum_impl` touches its slices through checked
-            // slicing only.
+            // FMA and F16C, and its `avx512` is set only when it found AVX-512 F too:
+            // the features of the kernel called. Both touch their slices through
+            // checked slicing only.
             unsafe {
+                if t.avx512 {
+                    by_heads!(
+                        out.len() / HEAD,
+                        weighted_sum_512(weights, values, stride, out)
+                    );
+                    continue;
+                }
                 match out.len() / HEAD {
                     1 => weighted_sum_impl::<1, 8>(weights, values, stride, out),
                     2 => weighted_sum_impl::<2, 4>(weights, values, stride, out),

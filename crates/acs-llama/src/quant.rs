@@ -2529,6 +2529,49 @@ mod x86 {
         }
     }
 
+    /// One block of a panel (`b`, Q8_0's bytes if `Q8`, else Q4_1's) against every
+    /// vector, as integer sums: Q8_0's plus 128 times the vector's sum (its values
+    /// are stored plus 128), Q4_1's of the unsigned nibbles.
+    ///
+    /// Each group goes to every vector before the next group, so that the vectors'
+    /// sums, independent chains, lie side by side in the instruction stream. One
+    /// vector's whole block after another's put each vector's dependent `vpdpbusd`s
+    /// back to back, and the ports waited on their latency: on a 2-core Xeon
+    /// (AVX-512 VNNI), the Q4_1 kernel alone on L1-resident panels went from
+    /// 106–107 to 119–123 G MAC/s a core at eight vectors, 81–83 to 86–94 at four,
+    /// the same at one (Q8_0: 78–86 → 114 at eight, 74–79 → 88–97 at four, 34–35 →
+    /// 38–42 at one); a decode step of eight sequences from 14.7 to 13.4 ms and from
+    /// 15.0 to 14.0 (two sets of eight alternating runs of 100 steps, medians).
+    /// Eight vectors are chains enough for one sum each; fewer keep two, the blocks'
+    /// low and high halves (see [`split_sums`]).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    fn block_sums<const V: usize, const Q8: bool>(b: &[u8], xb: &[&BlockQ8; V]) -> [__m512i; V] {
+        let mask = _mm512_set1_epi8(0xF);
+        let mut lo = [_mm512_setzero_si512(); V];
+        let mut hi = [_mm512_setzero_si512(); V];
+        for g in 0..4 {
+            // The weights to multiply with values 4g..4g + 4 and 16 + 4g..20 + 4g.
+            let (wl, wh) = if Q8 {
+                (load64(&b[32 + 64 * g..]), load64(&b[288 + 64 * g..]))
+            } else {
+                let wg = load64(&b[64 + 64 * g..]);
+                let high = _mm512_srli_epi16(wg, 4);
+                (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
+            };
+            for v in 0..V {
+                lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
+                let h = if split_sums(V) {
+                    &mut hi[v]
+                } else {
+                    &mut lo[v]
+                };
+                *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+            }
+        }
+        std::array::from_fn(|v| sum_halves::<V>(lo[v], hi[v]))
+    }
+
     /// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel, with AVX-512: every lane runs the
     /// same operations in the same order as in the 256-bit kernel, so results are
     /// identical, at twice the rows per instruction and with 32 registers for the
@@ -2536,7 +2579,6 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
-        let mask = _mm512_set1_epi8(0xF);
         let mut acc = [_mm512_setzero_ps(); V];
         let next = next_panel(panel, ahead);
         for i in 0..x.nb {
@@ -2545,35 +2587,9 @@ mod x86 {
             let d = halves16(b);
             let m = halves16(&b[32..]);
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            // Each group of weights goes to every vector before the next group, so
-            // that the vectors' sums, independent chains, lie side by side in the
-            // instruction stream. One vector's whole block after another's put each
-            // vector's dependent `vpdpbusd`s back to back, and the ports waited on
-            // their latency: on a 2-core Xeon (AVX-512 VNNI), this kernel alone on
-            // L1-resident panels went from 106–107 to 119–123 G MAC/s a core at
-            // eight vectors, 81–83 to 86–94 at four, the same at one; a decode step
-            // of eight sequences from 14.7 to 13.4 ms and from 15.0 to 14.0 (two sets
-            // of eight alternating runs of 100 steps, medians). Eight vectors are
-            // chains enough for one sum each; fewer keep two, the blocks' low and
-            // high halves (see `split_sums`).
-            let mut lo = [_mm512_setzero_si512(); V];
-            let mut hi = [_mm512_setzero_si512(); V];
-            for g in 0..4 {
-                let wg = load64(&b[64 + 64 * g..]);
-                let wl = _mm512_and_si512(wg, mask);
-                let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
-                for v in 0..V {
-                    lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
-                    let h = if split_sums(V) {
-                        &mut hi[v]
-                    } else {
-                        &mut lo[v]
-                    };
-                    *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
-                }
-            }
+            let sums = block_sums::<V, false>(b, &xb);
             for v in 0..V {
-                let p = _mm512_cvtepi32_ps(sum_halves::<V>(lo[v], hi[v]));
+                let p = _mm512_cvtepi32_ps(sums[v]);
                 acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
                 acc[v] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb[v].s), acc[v]);
             }
@@ -2592,27 +2608,10 @@ mod x86 {
             prefetch_block::<544>(next, i);
             let d = halves16(b);
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            // Groups to every vector in turn (as in `packed_q4_1_512`): at eight
-            // vectors 78–86 → 114 G MAC/s a core on L1-resident panels, at four 74–79
-            // → 88–97, at one 34–35 → 38–42.
-            let mut lo = [_mm512_setzero_si512(); V];
-            let mut hi = [_mm512_setzero_si512(); V];
-            for g in 0..4 {
-                let wl = load64(&b[32 + 64 * g..]);
-                let wh = load64(&b[288 + 64 * g..]);
-                for v in 0..V {
-                    lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
-                    let h = if split_sums(V) {
-                        &mut hi[v]
-                    } else {
-                        &mut lo[v]
-                    };
-                    *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
-                }
-            }
+            let sums = block_sums::<V, true>(b, &xb);
             for v in 0..V {
                 let offset = 128 * (i32::from(xb[v].sums[0]) + i32::from(xb[v].sums[1]));
-                let p = _mm512_sub_epi32(sum_halves::<V>(lo[v], hi[v]), _mm512_set1_epi32(offset));
+                let p = _mm512_sub_epi32(sums[v], _mm512_set1_epi32(offset));
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d));
                 acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[v]);
             }

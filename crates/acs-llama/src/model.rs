@@ -500,7 +500,6 @@ impl Model {
                 })
             })
             .collect();
-        let n_pairs = self.rope_inv_freq.len();
 
         // Scratch for the whole step: every layer reuses the same buffers, and `qx`
         // holds each matmul input rounded to 8 bits once for all the matrices it feeds.
@@ -524,14 +523,7 @@ impl Model {
                 &xn,
                 &mut qx,
             )?;
-            for (r, rot) in angles.chunks_exact(n_pairs.max(1)).enumerate() {
-                self.rope(&mut q[r * d..(r + 1) * d], rot);
-                self.rope(&mut k[r * kv..(r + 1) * kv], rot);
-            }
-            for (s, span) in batch.iter_mut().zip(&spans) {
-                let rows = span.start * kv..span.end * kv;
-                s.cache.append(ops, l, &k[rows.clone()], &v[rows]);
-            }
+            self.rotate_and_append(l, batch, &spans, &angles, &mut q, &mut k, &v);
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
             quant::matmul_many(&mut [b.wo.job(&mut proj)], d, &attn, &mut qx)?;
@@ -599,6 +591,47 @@ impl Model {
             }
         }
         Ok(outputs)
+    }
+
+    /// Rotates the new rows' queries and keys by their positions' `angles` and appends
+    /// the keys and values to layer `layer` of their sequences' caches, one task per
+    /// sequence: a step of eight sequences spent about 0.5 ms of its 13 on this alone,
+    /// with the other cores waiting, most of it on the cache lines each append writes
+    /// (1,440 heads' ends, last touched a step before).
+    #[allow(clippy::too_many_arguments)]
+    fn rotate_and_append(
+        &self,
+        layer: usize,
+        batch: &mut [SeqInput<'_>],
+        spans: &[std::ops::Range<usize>],
+        angles: &[(f32, f32)],
+        q: &mut [f32],
+        k: &mut [f32],
+        v: &[f32],
+    ) {
+        let (d, kv, pairs) = (self.config.d_model, self.config.kv_dim(), self.rope_inv_freq.len());
+        let ops = F32Ops::detect();
+        // Each sequence's cache and its rows of `q`, `k`, `v` and `angles`.
+        let mut work = Vec::with_capacity(batch.len());
+        let (mut q, mut k, mut v, mut angles) = (q, k, v, angles);
+        for (s, span) in batch.iter_mut().zip(spans) {
+            let n = span.len();
+            let (qs, q_rest) = std::mem::take(&mut q).split_at_mut(n * d);
+            let (ks, k_rest) = std::mem::take(&mut k).split_at_mut(n * kv);
+            let (vs, v_rest) = v.split_at(n * kv);
+            let (rot, a_rest) = angles.split_at(n * pairs);
+            (q, k, v, angles) = (q_rest, k_rest, v_rest, a_rest);
+            work.push((&mut *s.cache, qs, ks, vs, rot));
+        }
+        crate::team::for_each_chunk_mut(&mut work, 1, |_, w| {
+            for (cache, q, k, v, rot) in w {
+                for (r, rot) in rot.chunks_exact(pairs.max(1)).enumerate() {
+                    self.rope(&mut q[r * d..(r + 1) * d], rot);
+                    self.rope(&mut k[r * kv..(r + 1) * kv], rot);
+                }
+                cache.append(ops, layer, k, v);
+            }
+        });
     }
 
     /// Rotates each head of `x` (pairs of adjacent values, ggml's "normal" mode that

@@ -609,7 +609,11 @@ impl Model {
         k: &mut [f32],
         v: &[f32],
     ) {
-        let (d, kv, pairs) = (self.config.d_model, self.config.kv_dim(), self.rope_inv_freq.len());
+        let (d, kv, pairs) = (
+            self.config.d_model,
+            self.config.kv_dim(),
+            self.rope_inv_freq.len(),
+        );
         let ops = F32Ops::detect();
         // Each sequence's cache and its rows of `q`, `k`, `v` and `angles`.
         let mut work = Vec::with_capacity(batch.len());

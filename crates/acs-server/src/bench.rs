@@ -329,18 +329,31 @@ fn engine_bench(
     }
     let [one, x8, x32, n8, long_one, long_x8, long_n8, shared] =
         [0, 1, 2, 3, 4, 5, 6, 7].map(|i| median(runs[i].clone()));
+    // Each speedup is the median of its runs' ratios to the one-request run of the
+    // same round, seconds apart: a slow spell of a shared machine then slows both
+    // sides of a ratio, where a ratio of medians can pair a fast spell's run with a
+    // slow one's.
+    let speedup = |i: usize, base: usize| {
+        median(
+            runs[i]
+                .iter()
+                .zip(&runs[base])
+                .map(|(r, b)| r / b)
+                .collect(),
+        )
+    };
     println!(
         "engine    requests x1 {one:7.1} tok/s | x8 {x8:7.1} tok/s ({:.2}x, {} prefill) | x32 {x32:7.1} tok/s ({:.2}x) | one request n=8 {n8:7.1} tok/s, {} prefill",
-        x8 / one,
+        speedup(1, 0),
         last[1].prefills,
-        x32 / one,
+        speedup(2, 0),
         last[3].prefills
     );
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let copies = 8 * (long_len + max_tokens) as u64 * model.config.kv_bytes_per_token() as u64;
     println!(
         "engine    {long_len}-token prompt: requests x1 {long_one:7.1} tok/s | x8 {long_x8:7.1} tok/s ({:.2}x, {} prefill) | one request n=8 {long_n8:7.1} tok/s, KV peak {:.1} MiB (eight copies of the prompt: {:.1} MiB)",
-        long_x8 / long_one,
+        speedup(5, 4),
         last[5].prefills,
         mib(last[6].kv_bytes_peak),
         mib(copies)

@@ -115,6 +115,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         a.repeat
     );
     let ids = prompt(&model, a.prompt_tokens);
+    let before = cpu_times();
     let mut pre = Vec::new();
     let mut dec1 = Vec::new();
     let mut dec8 = Vec::new();
@@ -151,6 +152,18 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         a.repeat,
         &prompt(&model, a.long_prompt_tokens),
     )?;
+    if let (Some(b), Some(e)) = (before, cpu_times()) {
+        let share = 100.0 * e.steal.saturating_sub(b.steal) as f64
+            / e.total.saturating_sub(b.total).max(1) as f64;
+        println!(
+            "host      {share:.1}% of the CPUs' time stolen by the hypervisor during these runs{}",
+            if share > STEAL_NOTED {
+                " (other guests' load: figures not comparable with a quiet machine's)"
+            } else {
+                ""
+            }
+        );
+    }
     #[cfg(feature = "webgpu")]
     if a.webgpu {
         webgpu_bench(&path, &ids, a.decode_tokens, a.repeat)?;
@@ -191,6 +204,42 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// Stolen time (in percent) above which `acs bench` says its figures are a busy
+/// host's: on a 2-core guest, a run with 5–36% of the time stolen (`vmstat`, every 5 s)
+/// gave the engine's 8 requests 3.57× one where quiet runs gave 4.0–4.5×, as a step of
+/// eight waits at each of its parallel loops for a descheduled core.
+const STEAL_NOTED: f64 = 2.0;
+
+/// The CPUs' time since boot, in ticks: all of it, and what the hypervisor gave to
+/// other guests (steal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CpuTimes {
+    total: u64,
+    steal: u64,
+}
+
+/// This machine's [`CpuTimes`], where `/proc/stat` exists (Linux).
+fn cpu_times() -> Option<CpuTimes> {
+    parse_cpu_line(std::fs::read_to_string("/proc/stat").ok()?.lines().next()?)
+}
+
+/// `/proc/stat`'s first line, `cpu  user nice system idle iowait irq softirq steal
+/// guest guest_nice`: the total is the first eight (guest time is inside user's).
+fn parse_cpu_line(line: &str) -> Option<CpuTimes> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    (ticks.len() == 8).then(|| CpuTimes {
+        total: ticks.iter().sum(),
+        steal: ticks[7],
+    })
 }
 
 /// Reads the three figures of the anchor's `llama.cpp prefill … | decode x1 … | decode x8 …` line.
@@ -550,5 +599,29 @@ fn print_profile(n: usize, wall: f64, profiles: &[acs_llama::webgpu::StepProfile
             );
         }
         println!("{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_line_gives_total_and_stolen_ticks() {
+        let line = "cpu  4705 150 1120 16250 520 0 30 2000 0 0";
+        assert_eq!(
+            parse_cpu_line(line),
+            Some(CpuTimes {
+                total: 4705 + 150 + 1120 + 16250 + 520 + 30 + 2000,
+                steal: 2000
+            })
+        );
+        // A kernel too old to count steal, a per-CPU line, or garbage: nothing.
+        assert_eq!(parse_cpu_line("cpu  4705 150 1120 16250 520 0 30"), None);
+        assert_eq!(
+            parse_cpu_line("cpu0 4705 150 1120 16250 520 0 30 2000"),
+            None
+        );
+        assert_eq!(parse_cpu_line("cpu  a b c d e f g h"), None);
     }
 }

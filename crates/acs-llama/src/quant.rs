@@ -3120,14 +3120,14 @@ mod x86 {
                     by_heads!(
                         out.len() / HEAD,
                         weighted_sum_512(weights, values, stride, out)
-                    );
-                    continue;
-                }
-                match out.len() / HEAD {
-                    1 => weighted_sum_impl::<1, 8>(weights, values, stride, out),
-                    2 => weighted_sum_impl::<2, 4>(weights, values, stride, out),
-                    3 => weighted_sum_impl::<3, 4>(weights, values, stride, out),
-                    _ => weighted_sum_impl::<4, 2>(weights, values, stride, out),
+                    )
+                } else {
+                    match out.len() / HEAD {
+                        1 => weighted_sum_impl::<1, 8>(weights, values, stride, out),
+                        2 => weighted_sum_impl::<2, 4>(weights, values, stride, out),
+                        3 => weighted_sum_impl::<3, 4>(weights, values, stride, out),
+                        _ => weighted_sum_impl::<4, 2>(weights, values, stride, out),
+                    }
                 }
             }
         }

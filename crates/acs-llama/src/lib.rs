@@ -1,15 +1,17 @@
 //! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
 
+pub mod cpu;
 mod exp;
 pub mod gguf;
 mod lanes;
 pub mod model;
 pub mod quant;
 pub mod sample;
-mod team;
+#[cfg(test)]
+mod test_values;
 pub mod testgen;
 pub mod tokenizer;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
 
-pub use team::{session, threads};
+pub use cpu::team::{session, threads};

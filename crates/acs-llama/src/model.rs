@@ -13,10 +13,9 @@ use std::sync::Arc;
 
 use half::f16;
 
+use crate::cpu::F32Ops;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
-use crate::quant::{
-    self, F32Ops, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations,
-};
+use crate::quant::{self, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations};
 use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerSpec};
 
 /// Why a model could not be loaded or run.
@@ -447,7 +446,7 @@ impl Model {
     /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
     /// logits it asked for and the activations it captured.
     pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
-        crate::team::session(|| self.forward_in_session(batch))
+        crate::cpu::team::session(|| self.forward_in_session(batch))
     }
 
     fn forward_in_session(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
@@ -536,7 +535,7 @@ impl Model {
                 &xn,
                 &mut qx,
             )?;
-            crate::team::for_each_chunk_mut(&mut gate, SWIGLU_CHUNK, |i, g| {
+            crate::cpu::team::for_each_chunk_mut(&mut gate, SWIGLU_CHUNK, |i, g| {
                 ops.swiglu(g, &up[i * SWIGLU_CHUNK..][..g.len()]);
             });
             quant::matmul_many(&mut [b.down.job(&mut proj)], c.ffn, &gate, &mut qx)?;
@@ -626,7 +625,7 @@ impl Model {
             (q, k, v, angles) = (q_rest, k_rest, v_rest, a_rest);
             work.push((&mut *s.cache, qs, ks, vs, rot));
         }
-        crate::team::for_each_chunk_mut(&mut work, 1, |_, w| {
+        crate::cpu::team::for_each_chunk_mut(&mut work, 1, |_, w| {
             for (cache, q, k, v, rot) in w {
                 for (r, rot) in rot.chunks_exact(pairs.max(1)).enumerate() {
                     self.rope(&mut q[r * d..(r + 1) * d], rot);
@@ -668,7 +667,7 @@ impl Model {
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let ops = F32Ops::detect();
-        crate::team::for_each_chunk_mut(out, group * hd, |i, heads| {
+        crate::cpu::team::for_each_chunk_mut(out, group * hd, |i, heads| {
             let (r, g) = (i / nkv, i % nkv);
             let cache = caches[owner[r]];
             let at = layer * nkv + g;

@@ -282,7 +282,7 @@ fn forward_best_of() {
 #[test]
 #[ignore = "benchmark"]
 fn attention_tasks() {
-    use acs_llama::quant::F32Ops;
+    use acs_llama::cpu::F32Ops;
     let ops = F32Ops::detect();
     let (tasks, group, hd) = (720, 3, 64);
     for n in [40, 160] {

@@ -2380,7 +2380,7 @@ impl ErrorScopes {
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
-    use crate::quant::to_half;
+    use crate::cpu::to_half;
 
     /// Which matrices the loader stacks: those that read the same input and share a
     /// format, and only those. Needs an adapter (lavapipe counts).

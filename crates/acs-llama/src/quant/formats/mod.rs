@@ -1,0 +1,45 @@
+//! One file per family of weight formats: each block as GGUF stores it (ggml's
+//! `ggml-common.h` layouts, multi-byte fields little-endian, scales IEEE half floats)
+//! and its [`Format`](super::format::Format) impl.
+
+mod float;
+mod k4;
+mod q4;
+mod q6_k;
+mod q8_0;
+
+pub(crate) use float::{Bf16, F16, F32};
+pub(crate) use k4::{Q4K, Q5K, unpack_scales_k4};
+pub(crate) use q4::{Q4_0, Q4_1};
+pub(crate) use q6_k::Q6K;
+pub(crate) use q8_0::Q8_0;
+
+use super::QK;
+
+/// Σ w·x over a block of signed weights.
+#[inline(always)]
+fn idot(w: &[i8; QK], x: &[i8; QK]) -> i32 {
+    w.iter()
+        .zip(x)
+        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+        .sum()
+}
+
+/// Σ w·x over a block of unsigned weights.
+#[inline(always)]
+fn idot_u(w: &[u8; QK], x: &[i8; QK]) -> i32 {
+    w.iter()
+        .zip(x)
+        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+        .sum()
+}
+
+/// The largest magnitude of `v`.
+fn amax(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+/// `1 / d`, or 0 for a zero scale (an all-zero block).
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 { 1.0 / d } else { 0.0 }
+}

@@ -1,0 +1,136 @@
+//! Matrices repacked once at load time into panels of rows, the layout of the fastest
+//! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
+
+use super::{GgmlType, QK};
+use crate::cpu::isa::Isa;
+
+/// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
+pub(crate) const PANEL: usize = 8;
+
+/// A Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
+/// with AVX-512) by four values each, and the rows' scales convert with one
+/// instruction, so a block of eight rows costs a fraction of the instructions of
+/// eight separate rows.
+///
+/// Layout: panels of `w` rows, [`PANEL`] for the 256-bit kernels and twice that for
+/// the AVX-512 ones (one register's lanes); in each, block after block:
+/// - Q4_1, `20w` bytes: the rows' f16 scales, their f16 mins, then for `g` in 0..4
+///   the rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high nibbles:
+///   values `16 + 4g..`);
+/// - Q8_0, `34w` bytes: the rows' f16 scales, then for `g` in 0..8 the rows' values
+///   `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it takes
+///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
+///   elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
+///
+/// A last 16-row panel past the matrix's rows holds zeros there, whose results are
+/// dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
+/// instruction, where two 8-row panels side by side take two loads and an insert
+/// (`cargo bench -p acs-llama --bench quant` measures the kernels).
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) ty: GgmlType,
+    /// Q8_0 values are stored plus 128, for `vpdpbusd`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) plus_128: bool,
+    /// Rows per panel: [`PANEL`], or twice that for the AVX-512 kernels.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) panel_rows: usize,
+    pub(crate) n_rows: usize,
+    pub(crate) n_cols: usize,
+    /// Only x86 has kernels for the layout so far (elsewhere `new` returns `None`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) data: Vec<u8>,
+}
+
+impl PackedMatrix {
+    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1 panels are the same
+    /// for every kernel, Q8_0 ones only when stored plus 128.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn for_dpbusd(&self) -> bool {
+        self.ty == GgmlType::Q4_1 || self.plus_128
+    }
+
+    /// Bytes of one block of a panel of `rows` rows.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn block_bytes(ty: GgmlType, rows: usize) -> usize {
+        match ty {
+            GgmlType::Q8_0 => 34 * rows,
+            _ => 20 * rows,
+        }
+    }
+
+    /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
+    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole 8-row panels;
+    /// `None` otherwise, and the matrix is used as stored.
+    pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
+        Self::pack(Isa::detect(), ty, weights, n_rows, n_cols)
+    }
+
+    /// [`PackedMatrix::new`] for the kernels of `isa`.
+    pub(crate) fn pack(
+        isa: Isa,
+        ty: GgmlType,
+        weights: &[u8],
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Option<Self> {
+        let (plus_128, width) = panels(isa)?;
+        if !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
+            return None;
+        }
+        let rb = ty.row_bytes(n_cols).ok()?;
+        if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
+            return None;
+        }
+        let nb = n_cols / QK;
+        let (src_block, dst_block) = (rb / nb, Self::block_bytes(ty, width));
+        let mut data = vec![0u8; n_rows.div_ceil(width) * nb * dst_block];
+        for (p, dst) in data.chunks_exact_mut(nb * dst_block).enumerate() {
+            let rows = p * width..((p + 1) * width).min(n_rows);
+            for (i, out) in dst.chunks_exact_mut(dst_block).enumerate() {
+                for (r, row) in rows.clone().enumerate() {
+                    let at = row * rb + src_block * i;
+                    let b = &weights[at..at + src_block];
+                    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                    if ty == GgmlType::Q4_1 {
+                        let m = 2 * width + 2 * r;
+                        out[m..m + 2].copy_from_slice(&b[2..4]);
+                        for g in 0..4 {
+                            let at = 4 * width * (g + 1) + 4 * r;
+                            out[at..at + 4].copy_from_slice(&b[4 + 4 * g..8 + 4 * g]);
+                        }
+                    } else {
+                        for g in 0..8 {
+                            for k in 0..4 {
+                                let v = b[2 + 4 * g + k];
+                                let at = 2 * width + 4 * width * g + 4 * r + k;
+                                out[at] = if plus_128 { v ^ 0x80 } else { v };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(PackedMatrix {
+            ty,
+            plus_128,
+            panel_rows: width,
+            n_rows,
+            n_cols,
+            data,
+        })
+    }
+}
+
+/// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and if
+/// so whether their Q8_0 values are stored plus 128, for `vpdpbusd`, and how many rows
+/// a panel holds: one register's 32-bit lanes.
+fn panels(isa: Isa) -> Option<(bool, usize)> {
+    match isa {
+        Isa::Portable => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(t) => Some((t.dpbusd(), if t.avx512() { 2 * PANEL } else { PANEL })),
+    }
+}

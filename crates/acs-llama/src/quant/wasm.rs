@@ -1,0 +1,371 @@
+//! WebAssembly SIMD128 kernels, the browser's CPU backend: the dot products of the
+//! 8- and 4-bit formats and of the K-quants (Q4_K, Q5_K, Q6_K) with 8-bit
+//! activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
+//! 32-bit sums). Compiled in when the build enables `simd128`, as
+//! `.cargo/config.toml` does for every wasm32 build; wasm has no runtime feature
+//! detection, and every browser ACS targets runs SIMD128.
+
+use std::arch::wasm32::*;
+use std::sync::OnceLock;
+
+use half::f16;
+
+use super::activations::{BlockQ8, QuantizedActivations};
+use super::formats::unpack_scales_k4;
+use super::runner::{RowKernel, rows_by_four};
+use super::{GgmlType, QK};
+
+/// Every f16 as f32: wasm has no f16 conversion instruction, and the software
+/// one costs more per block than the block's 32 multiplies.
+pub(crate) fn f16_table() -> &'static [f32] {
+    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|h| f16::from_bits(h).to_f32()).collect())
+}
+
+/// The little-endian f16 at `b[at..at + 2]`, by table.
+#[inline(always)]
+fn le_f16(table: &[f32], b: &[u8], at: usize) -> f32 {
+    table[usize::from(u16::from_le_bytes([b[at], b[at + 1]]))]
+}
+
+/// `b[at..at + 16]` as a vector.
+#[inline(always)]
+fn load(b: &[u8], at: usize) -> v128 {
+    let s: &[u8; 16] = b[at..at + 16].try_into().expect("16 bytes");
+    // SAFETY: `s` is 16 readable bytes, and `v128_load` needs no alignment.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// Half `h` (0 or 1) of a block's 32 activation values.
+#[inline(always)]
+fn load_x(x: &BlockQ8, h: usize) -> v128 {
+    let s: &[i8; 16] = x.qs[16 * h..16 * h + 16].try_into().expect("16 values");
+    // SAFETY: as in `load`.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// Four partial sums of `a[i] * b[i]` over 16 signed bytes.
+#[inline(always)]
+fn dot16(a: v128, b: v128) -> v128 {
+    i32x4_add(
+        i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b)),
+        i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b)),
+    )
+}
+
+/// `acc + isum * scale`, lane-wise.
+#[inline(always)]
+fn add_scaled(acc: v128, isum: v128, scale: f32) -> v128 {
+    f32x4_add(
+        acc,
+        f32x4_mul(f32x4_convert_i32x4(isum), f32x4_splat(scale)),
+    )
+}
+
+/// Values `32s..32s + 32` (sub-block `s`) of a Q4_K or Q5_K super-block as two
+/// vectors of 16: `qs` holds the nibbles (sub-blocks `2j` and `2j + 1` share
+/// bytes `32j..`, low nibbles and high), `qh` Q5_K's fifth bits (bit `s` of byte
+/// `l` for value `l`). Values 0..31 are valid signed bytes.
+#[inline(always)]
+fn k4_values(qs: &[u8], qh: Option<&[u8]>, s: usize) -> [v128; 2] {
+    std::array::from_fn(|h| {
+        let q = load(qs, 32 * (s / 2) + 16 * h);
+        let w = if s.is_multiple_of(2) {
+            v128_and(q, u8x16_splat(0x0F))
+        } else {
+            u8x16_shr(q, 4)
+        };
+        match qh {
+            Some(qh) => {
+                let bit = v128_and(u8x16_shr(load(qh, 16 * h), s as u32), u8x16_splat(1));
+                v128_or(w, i8x16_shl(bit, 4))
+            }
+            None => w,
+        }
+    })
+}
+
+/// Values `32s..32s + 32` (sub-block `s`) of a Q6_K super-block as two vectors
+/// of 16 signed values (-32..31): four low bits from `ql`, two high ones from
+/// `qh`, laid out as `BlockQ6K::value` reads them.
+#[inline(always)]
+fn q6_values(b: &[u8], s: usize) -> [v128; 2] {
+    let (half, g) = (s / 4, s % 4);
+    std::array::from_fn(|h| {
+        let ql = load(b, 64 * half + (g & 1) * 32 + 16 * h);
+        let qh = load(b, 128 + 32 * half + 16 * h);
+        let lo = v128_and(u8x16_shr(ql, 4 * (g as u32 >> 1)), u8x16_splat(0x0F));
+        let hi = v128_and(u8x16_shr(qh, 2 * g as u32), u8x16_splat(3));
+        i8x16_sub(v128_or(lo, i8x16_shl(hi, 4)), i8x16_splat(32))
+    })
+}
+
+/// Q6_K's integer sum of sub-block `s` of super-block `b`: `halves` are its two
+/// halves' four partial sums, and each half of 16 values has its own scale (a
+/// signed byte from `b[192..208]`).
+#[inline(always)]
+fn q6_scaled(halves: [v128; 2], b: &[u8], s: usize) -> v128 {
+    let sc = |h: usize| i32x4_splat(i32::from(b[192 + 2 * s + h] as i8));
+    i32x4_add(i32x4_mul(halves[0], sc(0)), i32x4_mul(halves[1], sc(1)))
+}
+
+/// One weight row of `ty` against `x`, for Q8_0, Q4_0, Q4_1 and the K-quants Q4_K,
+/// Q5_K and Q6_K; `None` for the other formats (the portable code serves them).
+pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
+    let mut acc = f32x4_splat(0.0);
+    // The per-block terms outside the integer dot (a Q4 block's offset or min).
+    let mut extra = 0f32;
+    let low = u8x16_splat(0x0F);
+    let t = f16_table();
+    match ty {
+        GgmlType::Q8_0 => {
+            for (b, xb) in row.chunks_exact(34).zip(x) {
+                let i = i32x4_add(
+                    dot16(load(b, 2), load_x(xb, 0)),
+                    dot16(load(b, 18), load_x(xb, 1)),
+                );
+                acc = add_scaled(acc, i, le_f16(t, b, 0) * xb.d);
+            }
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
+            let (bb, q0) = if ty == GgmlType::Q4_0 {
+                (18, 2)
+            } else {
+                (20, 4)
+            };
+            for (b, xb) in row.chunks_exact(bb).zip(x) {
+                let q = load(b, q0);
+                // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
+                // high ones 16..32.
+                let i = i32x4_add(
+                    dot16(v128_and(q, low), load_x(xb, 0)),
+                    dot16(u8x16_shr(q, 4), load_x(xb, 1)),
+                );
+                let d = le_f16(t, b, 0);
+                acc = add_scaled(acc, i, d * xb.d);
+                extra += if ty == GgmlType::Q4_0 {
+                    -8.0 * d * xb.s
+                } else {
+                    le_f16(t, b, 2) * xb.s
+                };
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            for (b, xs) in row.chunks_exact(ty.block_bytes()).zip(x.chunks_exact(8)) {
+                let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
+                let (sc, mn) = unpack_scales_k4(&b[4..16]);
+                let (qh, qs) = k4_parts(ty, b);
+                for (s, xb) in xs.iter().enumerate() {
+                    let w = k4_values(qs, qh, s);
+                    let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+                    acc = add_scaled(acc, i, d * f32::from(sc[s]) * xb.d);
+                    extra -= dmin * f32::from(mn[s]) * xb.s;
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
+                let d = le_f16(t, b, 208);
+                for (s, xb) in xs.iter().enumerate() {
+                    let w = q6_values(b, s);
+                    let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
+                    acc = add_scaled(acc, q6_scaled(halves, b, s), d * xb.d);
+                }
+            }
+        }
+        _ => return None,
+    }
+    Some(finish([acc], [extra])[0])
+}
+
+/// Values `8k..8k + 8` of a block's widened activations.
+#[inline(always)]
+fn load_wide(x: &[i16; QK], k: usize) -> v128 {
+    let s: &[i16; 8] = x[8 * k..8 * k + 8].try_into().expect("8 values");
+    // SAFETY: `s` is 16 readable bytes, and `v128_load` needs no alignment.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// A block's 32 weights (two vectors of 16 signed bytes) widened to 16 bits:
+/// values `8k..8k + 8` in vector `k`, as [`load_wide`] reads the activations.
+#[inline(always)]
+fn widen(a: v128, b: v128) -> [v128; 4] {
+    [
+        i16x8_extend_low_i8x16(a),
+        i16x8_extend_high_i8x16(a),
+        i16x8_extend_low_i8x16(b),
+        i16x8_extend_high_i8x16(b),
+    ]
+}
+
+/// Four partial sums of a block's 32 widened weights times its 32 activations.
+#[inline(always)]
+fn dot32(w: &[v128; 4], x: &[i16; QK]) -> v128 {
+    let d = |k: usize| i32x4_dot_i16x8(w[k], load_wide(x, k));
+    i32x4_add(i32x4_add(d(0), d(1)), i32x4_add(d(2), d(3)))
+}
+
+/// A Q4_K or Q5_K super-block's fifth bits (Q5_K only) and nibbles.
+#[inline(always)]
+fn k4_parts(ty: GgmlType, b: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    if ty == GgmlType::Q5_K {
+        (Some(&b[16..48]), &b[48..176])
+    } else {
+        (None, &b[16..144])
+    }
+}
+
+/// Four partial sums of 16 widened weights times widened activations `8k..8k + 16`.
+#[inline(always)]
+fn dot16_wide(w: &[v128; 4], x: &[i16; QK], k: usize) -> v128 {
+    i32x4_add(
+        i32x4_dot_i16x8(w[k], load_wide(x, k)),
+        i32x4_dot_i16x8(w[k + 1], load_wide(x, k + 1)),
+    )
+}
+
+/// Whether [`tile`] serves `ty`: the formats [`dot`] serves (the portable code
+/// serves the others).
+fn has_kernel(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+    )
+}
+
+/// One weight row of a format that [`has_kernel`] serves against vectors
+/// `g..g + V` of `qx`: each block's weights are loaded, unpacked and widened once
+/// for all of them, and the activations come widened already. Each vector sees
+/// the float operations of [`dot`], in its order (the integer sums are exact in
+/// any order), so batched and single results agree exactly.
+#[inline(always)]
+fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
+    let nb = qx.nb;
+    let blocks: [&[BlockQ8]; V] = std::array::from_fn(|v| qx.vector(g + v));
+    let wide: [&[[i16; QK]]; V] = std::array::from_fn(|v| &qx.wide[(g + v) * nb..][..nb]);
+    let mut acc = [f32x4_splat(0.0); V];
+    // The per-block terms outside the integer dot (a Q4 block's offset or min).
+    let mut extra = [0f32; V];
+    let t = f16_table();
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            for (i, b) in row.chunks_exact(ty.block_bytes()).enumerate() {
+                let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
+                let (sc, mn) = unpack_scales_k4(&b[4..16]);
+                let (qh, qs) = k4_parts(ty, b);
+                for s in 0..8 {
+                    let [w0, w1] = k4_values(qs, qh, s);
+                    let w = widen(w0, w1);
+                    for (((acc, extra), x), xw) in
+                        acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
+                    {
+                        let xb = &x[8 * i + s];
+                        *acc = add_scaled(
+                            *acc,
+                            dot32(&w, &xw[8 * i + s]),
+                            d * f32::from(sc[s]) * xb.d,
+                        );
+                        *extra -= dmin * f32::from(mn[s]) * xb.s;
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (i, b) in row.chunks_exact(210).enumerate() {
+                let d = le_f16(t, b, 208);
+                for s in 0..8 {
+                    let [w0, w1] = q6_values(b, s);
+                    let w = widen(w0, w1);
+                    for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+                        let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
+                        let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
+                        *acc = add_scaled(*acc, q6_scaled(halves, b, s), d * xb.d);
+                    }
+                }
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (i, b) in row.chunks_exact(34).enumerate() {
+                let w = widen(load(b, 2), load(b, 18));
+                let d = le_f16(t, b, 0);
+                for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+                    *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * x[i].d);
+                }
+            }
+        }
+        _ => {
+            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
+            let (bb, q0) = if ty == GgmlType::Q4_0 {
+                (18, 2)
+            } else {
+                (20, 4)
+            };
+            let low = u8x16_splat(0x0F);
+            for (i, b) in row.chunks_exact(bb).enumerate() {
+                let q = load(b, q0);
+                // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
+                // high ones 16..32.
+                let w = widen(v128_and(q, low), u8x16_shr(q, 4));
+                let d = le_f16(t, b, 0);
+                let m = if bb == 18 { -8.0 * d } else { le_f16(t, b, 2) };
+                for (((acc, extra), x), xw) in acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
+                {
+                    let xb = &x[i];
+                    *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * xb.d);
+                    *extra += m * xb.s;
+                }
+            }
+        }
+    }
+    finish(acc, extra)
+}
+
+/// Each vector's lanes summed as [`dot`] sums them, plus its scalar terms.
+#[inline(always)]
+fn finish<const V: usize>(acc: [v128; V], extra: [f32; V]) -> [f32; V] {
+    std::array::from_fn(|v| {
+        let a = acc[v];
+        let lanes = f32x4_extract_lane::<0>(a)
+            + f32x4_extract_lane::<1>(a)
+            + f32x4_extract_lane::<2>(a)
+            + f32x4_extract_lane::<3>(a);
+        lanes + extra[v]
+    })
+}
+
+/// [`tile`] for a format that [`has_kernel`] serves.
+struct Tile(GgmlType);
+
+impl RowKernel for Tile {
+    #[inline(always)]
+    fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
+        tile(self.0, row, qx, g)
+    }
+}
+
+/// Rows `rows` against every vector of a batch (two or more), up to four vectors
+/// per pass over a row (more would not fit the 16 SIMD registers that V8 maps
+/// wasm's onto on x86); `false` for the formats [`tile`] does not serve and for a
+/// lone vector, which [`dot`] serves (in headless Chromium a decode of one
+/// sequence ran no faster through the widened activations, slower in some runs;
+/// one of 4 choices ran about half again as fast).
+pub(crate) fn matmul_rows(
+    ty: GgmlType,
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    qx: &QuantizedActivations,
+    put: &mut impl FnMut(usize, usize, f32),
+) -> bool {
+    if !has_kernel(ty) || qx.count < 2 {
+        return false;
+    }
+    rows_by_four(&Tile(ty), weights, rb, rows, qx, put);
+    true
+}

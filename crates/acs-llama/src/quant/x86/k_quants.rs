@@ -1,0 +1,201 @@
+//! The K-quant kernels (Q4_K, Q5_K, Q6_K): one row against up to four vectors, each
+//! super-block's scales and values unpacked once for all of them.
+
+use std::arch::x86_64::*;
+
+use super::*;
+use crate::cpu::x86::{Avx2Token, hsum_ps};
+use crate::quant::GgmlType;
+use crate::quant::activations::QuantizedActivations;
+use crate::quant::formats::unpack_scales_k4;
+use crate::quant::runner::{RowKernel, rows_by_four};
+
+macro_rules! safe_entry {
+    ($name:ident => $imp:ident) => {
+        #[inline]
+        pub(crate) fn $name(_t: Avx2Token, row: &[u8], x: &[BlockQ8]) -> f32 {
+            // SAFETY: an `Avx2Token` exists only after runtime detection found
+            // AVX2, FMA and F16C, the features `$imp` is compiled for; `$imp`
+            // reads `row` and `x` only through bounds-checked slicing.
+            unsafe { $imp::<1>(row, [x])[0] }
+        }
+    };
+}
+safe_entry!(dot_q4_k => q4_k);
+safe_entry!(dot_q5_k => q5_k);
+safe_entry!(dot_q6_k => q6_k);
+
+/// Shared body of Q4_K and Q5_K, one super-block of a row against `V` vectors'
+/// eight blocks each (`qh` holds Q5_K's fifth bits): the scales and each group's
+/// values are unpacked once for all the vectors. Adds each vector's scaled sums to
+/// its `acc` and returns its mins term.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_super_block<const V: usize>(
+    b: &[u8],
+    qs: &[u8],
+    qh: Option<&[u8]>,
+    xs: [&[BlockQ8]; V],
+    acc: &mut [__m256; V],
+) -> [f32; V] {
+    let (d, dmin) = (h2f(b, 0), h2f(b, 2));
+    let (sc, mn) = unpack_scales_k4(&b[4..16]);
+    let hbits = qh.map(load32);
+    let mask = _mm256_set1_epi8(0xF);
+    let mut mins = [0f32; V];
+    for j in 0..4 {
+        let q = load32(&qs[32 * j..]);
+        let lo = _mm256_and_si256(q, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+        for (k, mut w) in [(0, lo), (1, hi)] {
+            let s = 2 * j + k;
+            if let Some(h) = hbits {
+                let bit = _mm256_set1_epi8(1 << s);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+            }
+            for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(xs) {
+                let xb = &x[s];
+                let p = mul_sum_us8(w, load_x(xb));
+                let ds = d * f32::from(sc[s]) * xb.d;
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(p), *acc);
+                *mins += dmin * f32::from(mn[s]) * xb.s;
+            }
+        }
+    }
+    mins
+}
+
+/// The blocks of super-block `i` (eight of 32 values) of each vector.
+#[inline(always)]
+fn super_blocks<const V: usize>(x: [&[BlockQ8]; V], i: usize) -> [&[BlockQ8]; V] {
+    x.map(|x| &x[8 * i..8 * i + 8])
+}
+
+/// A Q4_K row against `V` vectors (one vector: its dot product); every vector sees
+/// the same operations in the same order whatever `V`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut mins = [0f32; V];
+    for (i, b) in row.chunks_exact(144).enumerate() {
+        let m = k4_super_block(b, &b[16..144], None, super_blocks(x, i), &mut acc);
+        for (total, m) in mins.iter_mut().zip(m) {
+            *total += m;
+        }
+    }
+    std::array::from_fn(|v| hsum_ps(acc[v]) - mins[v])
+}
+
+/// A Q5_K row against `V` vectors (see [`q4_k`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut mins = [0f32; V];
+    for (i, b) in row.chunks_exact(176).enumerate() {
+        let qh = Some(&b[16..48]);
+        let m = k4_super_block(b, &b[48..176], qh, super_blocks(x, i), &mut acc);
+        for (total, m) in mins.iter_mut().zip(m) {
+            *total += m;
+        }
+    }
+    std::array::from_fn(|v| hsum_ps(acc[v]) - mins[v])
+}
+
+/// A Q6_K row against `V` vectors (see [`q4_k`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut corr = [0f32; V];
+    let m4 = _mm256_set1_epi8(0xF);
+    let m2 = _mm256_set1_epi8(0x30);
+    for (i, b) in row.chunks_exact(210).enumerate() {
+        let xs = super_blocks(x, i);
+        let d = h2f(b, 208);
+        let scales = &b[192..208];
+        for half in 0..2 {
+            let ql0 = load32(&b[64 * half..]);
+            let ql1 = load32(&b[64 * half + 32..]);
+            let qh = load32(&b[128 + 32 * half..]);
+            // The unsigned 6-bit values (signed value + 32) of the four groups.
+            let groups = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_and_si256(qh, m2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                ),
+            ];
+            for (g, w) in groups.into_iter().enumerate() {
+                let s = 4 * half + g;
+                let (sa, sb) = (scales[2 * s] as i8, scales[2 * s + 1] as i8);
+                let sc =
+                    _mm256_set_m128i(_mm_set1_epi16(i16::from(sb)), _mm_set1_epi16(i16::from(sa)));
+                for ((acc, corr), x) in acc.iter_mut().zip(&mut corr).zip(xs) {
+                    let xb = &x[s];
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+                    let dd = d * xb.d;
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
+                    let off = i32::from(sa) * i32::from(xb.sums[0])
+                        + i32::from(sb) * i32::from(xb.sums[1]);
+                    *corr += dd * off as f32;
+                }
+            }
+        }
+    }
+    std::array::from_fn(|v| hsum_ps(acc[v]) - 32.0 * corr[v])
+}
+
+/// The K-quant kernel of a format (Q4_K, Q5_K or Q6_K) on one row against `V`
+/// vectors; the token proves the kernels' features.
+struct KQuant {
+    _t: Avx2Token,
+    ty: GgmlType,
+}
+
+impl RowKernel for KQuant {
+    #[inline]
+    fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
+        let x = std::array::from_fn(|k| qx.vector(g + k));
+        // SAFETY: an `Avx2Token` (`_t`) exists only after runtime detection found
+        // AVX2, FMA and F16C, the kernels' features; they read `row` and the
+        // blocks only through bounds-checked slicing.
+        unsafe {
+            match self.ty {
+                GgmlType::Q4_K => q4_k(row, x),
+                GgmlType::Q5_K => q5_k(row, x),
+                _ => q6_k(row, x),
+            }
+        }
+    }
+}
+
+/// Rows `rows` of a Q4_K, Q5_K or Q6_K matrix against every vector of `qx`, up to
+/// four vectors per pass over a row, so that a batch unpacks each super-block's
+/// scales and values once per four vectors rather than once per vector; `false`
+/// (and nothing done) for other formats.
+pub(crate) fn k_quant_rows(
+    t: Avx2Token,
+    ty: GgmlType,
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    qx: &QuantizedActivations,
+    put: &mut impl FnMut(usize, usize, f32),
+) -> bool {
+    if !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+        return false;
+    }
+    rows_by_four(&KQuant { _t: t, ty }, weights, rb, rows, qx, put);
+    true
+}

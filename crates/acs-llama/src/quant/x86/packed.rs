@@ -1,0 +1,342 @@
+//! The 256-bit kernels of [`PackedMatrix`] panels (eight rows, one per 32-bit lane)
+//! and the dispatcher of both panel widths.
+
+use std::arch::x86_64::*;
+
+use super::packed_512::packed_512;
+use super::*;
+use crate::cpu::x86::{Avx2Token, lanes};
+use crate::quant::GgmlType;
+use crate::quant::activations::QuantizedActivations;
+use crate::quant::packed::{PANEL, PackedMatrix};
+
+/// Activations `at..at + 4` of a block in every 32-bit lane: the four values each
+/// row's lane multiplies in one `vpdpbusd` of a packed panel.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn broadcast4(qs: &[i8; QK], at: usize) -> __m256i {
+    let b = |k: usize| qs[at + k] as u8;
+    _mm256_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
+}
+
+/// One group of four weight bytes per row (`wl`: low nibbles, `wh`: high ones)
+/// against the activations they meet, added to a vector's integer sums, with
+/// AVX-VNNI: `vpdpbusd` widens to 32 bits as it adds.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn q4_1_step_vnni(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+    add_mul_sum_us8_vnni(add_mul_sum_us8_vnni(s, wl, xl), wh, xh)
+}
+
+/// A block's sums from [`q4_1_step_vnni`] are 32-bit already.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q4_1_widen_vnni(s: __m256i) -> __m256i {
+    s
+}
+
+/// [`q4_1_step_vnni`] without VNNI. A `vpmaddubsw` pair sum of nibbles and
+/// activations is at most 2 × 15 × 127 = 3810 in size, so a block's eight of them
+/// (at most 30480) add up exactly in 16 bits, and one `vpmaddwd`
+/// ([`q4_1_widen_plain`]) widens them: half the multiplier-port instructions of
+/// widening each step. The integer sums are exact either way, so both give the
+/// same sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q4_1_step_plain(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+    let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+    _mm256_add_epi16(s, pairs)
+}
+
+/// Widens a block's 16-bit sums from [`q4_1_step_plain`] to 32 bits.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q4_1_widen_plain(s: __m256i) -> __m256i {
+    _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+}
+
+/// Q4_1 panels of a [`PackedMatrix`] against `V` vectors, compiled once per
+/// way of summing a block (`$step`, `$widen`): each lane of the accumulators is one
+/// of the panel's eight rows. One accumulator per vector takes both a block's
+/// scaled sum and its mins term: two per vector left four vectors short of the 16
+/// AVX2 registers (20 spills per block; 6 now). Every (row, vector) pair sees the
+/// same operations in the same order whatever `V`, so batched and single results
+/// agree exactly.
+macro_rules! packed_q4_1_kernel {
+    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let mask = _mm256_set1_epi8(0xF);
+            let share = prefetch_stride(ahead, x.nb);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for i in 0..x.nb {
+                let b = &panel[160 * i..160 * i + 160];
+                prefetch_share(ahead, i, share);
+                let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                let mut sums = [_mm256_setzero_si256(); V];
+                for g in 0..4 {
+                    let wg = load32(&b[32 + 32 * g..]);
+                    let wl = _mm256_and_si256(wg, mask);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                    for (s, qs) in sums.iter_mut().zip(xs) {
+                        *s = $step(
+                            *s,
+                            wl,
+                            wh,
+                            broadcast4(qs, 4 * g),
+                            broadcast4(qs, 16 + 4 * g),
+                        );
+                    }
+                }
+                let d = _mm256_cvtph_ps(load16(b));
+                let m = _mm256_cvtph_ps(load16(&b[16..]));
+                for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
+                    let xb = &x.blocks[v * x.nb + i];
+                    let p = _mm256_cvtepi32_ps($widen(s));
+                    *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), *acc);
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), *acc);
+                }
+            }
+            std::array::from_fn(|v| lanes(acc[v]))
+        }
+    };
+}
+packed_q4_1_kernel!(
+    packed_q4_1_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q4_1_step_vnni,
+    q4_1_widen_vnni
+);
+packed_q4_1_kernel!(
+    packed_q4_1_plain,
+    "avx2,fma,f16c",
+    q4_1_step_plain,
+    q4_1_widen_plain
+);
+
+/// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
+/// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
+/// unsigned operand first, and these pair sums, at most 2 × 128 × 127, cannot
+/// saturate) and widens at once (two of them could overflow 16 bits). The integer
+/// sums are exact, so results equal the VNNI kernel's.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); V];
+    let share = prefetch_stride(ahead, x.nb);
+    for i in 0..x.nb {
+        let b = &panel[272 * i..272 * i + 272];
+        prefetch_share(ahead, i, share);
+        let d = _mm256_cvtph_ps(load16(b));
+        let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
+        let aw: [__m256i; 8] = std::array::from_fn(|g| _mm256_sign_epi8(w[g], w[g]));
+        for (v, acc) in acc.iter_mut().enumerate() {
+            let xb = &x.blocks[v * x.nb + i];
+            let mut p = _mm256_setzero_si256();
+            for g in 0..8 {
+                let sx = _mm256_sign_epi8(broadcast4(&xb.qs, 4 * g), w[g]);
+                let pairs = _mm256_maddubs_epi16(aw[g], sx);
+                p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, ones));
+            }
+            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, *acc);
+        }
+    }
+    std::array::from_fn(|v| lanes(acc[v]))
+}
+
+/// The Q8_0 panels' kernel with AVX-VNNI: the weights are stored plus 128, so each
+/// block's integer sum is `Σ (w + 128) x`, and `128 × Σx` (the activations' block
+/// sums, exact integers) comes off before the scales apply.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn packed_q8_0_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let share = prefetch_stride(ahead, x.nb);
+    for i in 0..x.nb {
+        let b = &panel[272 * i..272 * i + 272];
+        prefetch_share(ahead, i, share);
+        let d = _mm256_cvtph_ps(load16(b));
+        let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
+        for (v, acc) in acc.iter_mut().enumerate() {
+            let xb = &x.blocks[v * x.nb + i];
+            let q = |at: usize| broadcast4(&xb.qs, at);
+            let mut p = _mm256_setzero_si256();
+            for (g, &wg) in w.iter().enumerate() {
+                p = add_mul_sum_us8_vnni(p, wg, q(4 * g));
+            }
+            let offset = 128 * (i32::from(xb.sums[0]) + i32::from(xb.sums[1]));
+            let p = _mm256_sub_epi32(p, _mm256_set1_epi32(offset));
+            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, *acc);
+        }
+    }
+    std::array::from_fn(|v| lanes(acc[v]))
+}
+
+/// Bytes of `ahead` to ask for per block of a kernel's `nb`: whole cache lines,
+/// computed once per call so that the blocks' loop divides nothing.
+#[inline]
+fn prefetch_stride(ahead: &[u8], nb: usize) -> usize {
+    ahead.len().div_ceil(nb.max(1)).next_multiple_of(64)
+}
+
+/// Asks for share `i` (`share` bytes, from [`prefetch_stride`]) of `ahead` (the
+/// next panel of the 256-bit kernels) to come into the cache. At eight vectors a core
+/// needs about 10 GB/s of weights, about what one core streams from DRAM, and the
+/// hardware prefetcher alone let the loads and the arithmetic take turns (a cold
+/// panel cost the sum of the two); spread over the blocks, these requests keep the
+/// memory busy while the kernel computes.
+#[inline]
+#[target_feature(enable = "sse")]
+fn prefetch_share(ahead: &[u8], i: usize, share: usize) {
+    let start = (i * share).min(ahead.len());
+    let end = (start + share).min(ahead.len());
+    for at in (start..end).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead[at..].as_ptr().cast());
+    }
+}
+
+/// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
+/// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
+pub(crate) fn packed_rows(
+    t: Avx2Token,
+    pm: &PackedMatrix,
+    rows: std::ops::Range<usize>,
+    qx: &QuantizedActivations,
+    put_lanes: &mut impl FnMut(usize, usize, &[f32; 8]),
+) {
+    let nb = qx.nb;
+    let width = pm.panel_rows;
+    let panel_bytes = nb * PackedMatrix::block_bytes(pm.ty, width);
+    let panel = |r0: usize| {
+        let p = r0 / width;
+        &pm.data[p * panel_bytes..(p + 1) * panel_bytes]
+    };
+    // Panels are the outer loop, so that a panel comes from memory once per call
+    // and from L1 for the next group of vectors: a batch's step streams each
+    // weight once, as a single sequence's does.
+    if width == 2 * PANEL {
+        assert!(
+            t.avx512() && pm.for_dpbusd(),
+            "16-row panels are packed for the AVX-512 kernels alone"
+        );
+        debug_assert!(rows.start.is_multiple_of(width), "whole panels");
+        let q8 = pm.ty == GgmlType::Q8_0;
+        for r0 in rows.clone().step_by(width) {
+            let this = panel(r0);
+            // The next panel, whether this task's or the next one's (none past
+            // the matrix's last: the kernel then asks for this one again).
+            let next = (r0 / width + 1) * panel_bytes;
+            let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
+            // The high eight rows of a last panel past the matrix's rows (zeros)
+            // are dropped.
+            let high = r0 + PANEL < rows.end;
+            for g in (0..qx.count).step_by(8) {
+                // The first group of vectors asks for all of the next panel.
+                let ahead = if g == 0 { next } else { &[] };
+                let nv = (qx.count - g).min(8);
+                let x = Xs {
+                    blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                    sums: &[],
+                    lane: 0,
+                    nb,
+                };
+                let mut emit = |o: &[[f32; 16]]| {
+                    for (v, lanes) in o.iter().enumerate() {
+                        let (lo, hi) = lanes.split_at(PANEL);
+                        put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
+                        if high {
+                            put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+                        }
+                    }
+                };
+                // SAFETY: `avx512` is set only when runtime detection found
+                // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
+                // every token proves: the features of the kernels called. They
+                // touch memory only through bounds-checked slicing.
+                unsafe {
+                    match nv {
+                        1 => emit(&packed_512::<1>(q8, this, ahead, x)),
+                        2 => emit(&packed_512::<2>(q8, this, ahead, x)),
+                        3 => emit(&packed_512::<3>(q8, this, ahead, x)),
+                        4 => emit(&packed_512::<4>(q8, this, ahead, x)),
+                        5 => emit(&packed_512::<5>(q8, this, ahead, x)),
+                        6 => emit(&packed_512::<6>(q8, this, ahead, x)),
+                        7 => emit(&packed_512::<7>(q8, this, ahead, x)),
+                        _ => emit(&packed_512::<8>(q8, this, ahead, x)),
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        // Four vectors per tile keep the accumulators and the unpacked weights
+        // within the 16 AVX2 registers.
+        let next = (r0 + PANEL) / PANEL * panel_bytes;
+        let next_panel = pm.data.get(next..(next + panel_bytes).min(pm.data.len()));
+        let panel = panel(r0);
+        for g in (0..qx.count).step_by(4) {
+            // The next panel comes in while this one computes (see `ahead_part`).
+            let ahead = ahead_part(next_panel, g / 4, qx.count.div_ceil(4));
+            let nv = (qx.count - g).min(4);
+            let x = Xs {
+                blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                sums: &[],
+                lane: 0,
+                nb,
+            };
+            let mut emit = |o: &[[f32; 8]]| {
+                for (v, lanes) in o.iter().enumerate() {
+                    put_lanes(g + v, r0, lanes);
+                }
+            };
+            // SAFETY: an `Avx2Token` exists only after runtime detection found
+            // AVX2, FMA and F16C, and its `vnni` flag only if AVX-VNNI was found
+            // too: the features of the kernel called. The kernels touch memory
+            // only through bounds-checked slicing and their own arrays.
+            unsafe {
+                let vnni = t.vnni() && pm.for_dpbusd();
+                match (pm.ty == GgmlType::Q8_0, nv, vnni) {
+                    (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, ahead, x)),
+                    (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, ahead, x)),
+                    (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, ahead, x)),
+                    (false, _, true) => emit(&packed_q4_1_vnni::<4>(panel, ahead, x)),
+                    (false, 1, false) => emit(&packed_q4_1_plain::<1>(panel, ahead, x)),
+                    (false, 2, false) => emit(&packed_q4_1_plain::<2>(panel, ahead, x)),
+                    (false, 3, false) => emit(&packed_q4_1_plain::<3>(panel, ahead, x)),
+                    (false, _, false) => emit(&packed_q4_1_plain::<4>(panel, ahead, x)),
+                    (true, 1, true) => emit(&packed_q8_0_vnni::<1>(panel, ahead, x)),
+                    (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, ahead, x)),
+                    (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, ahead, x)),
+                    (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, ahead, x)),
+                    (true, _, false) if pm.plus_128 => {
+                        unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")
+                    }
+                    (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, ahead, x)),
+                    (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, ahead, x)),
+                    (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, ahead, x)),
+                    (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, ahead, x)),
+                }
+            }
+        }
+        r0 += PANEL;
+    }
+}
+
+/// Part `part` of `parts` of the next panel's bytes, in whole cache lines: each
+/// group of vectors asks for its share while it computes, so that a batch of
+/// several groups spreads the next panel's loads over all of them. Asked for by
+/// the first group alone, the next panel of the Q8_0 output matrix (4896 bytes at
+/// the default model's width) came in at twice the rate one core sustains, and
+/// the kernel waited for it.
+fn ahead_part(next: Option<&[u8]>, part: usize, parts: usize) -> &[u8] {
+    let Some(next) = next else { return &[] };
+    let share = prefetch_stride(next, parts);
+    let start = (part * share).min(next.len());
+    &next[start..(start + share).min(next.len())]
+}

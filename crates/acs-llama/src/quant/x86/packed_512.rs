@@ -1,0 +1,202 @@
+//! The AVX-512 kernels of 16-row [`PackedMatrix`](crate::quant::packed::PackedMatrix)
+//! panels: every lane runs the 256-bit kernels' operations in their order, so results
+//! are identical, at twice the rows per instruction.
+
+use std::arch::x86_64::*;
+
+use super::*;
+
+/// Sixty-four bytes of a 16-row panel: four of each row, row `k` in lane `k`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load64(b: &[u8]) -> __m512i {
+    let b = &b[..64];
+    // SAFETY: `b` holds the 64 bytes read; the load is unaligned.
+    unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
+}
+
+/// A 16-row panel's f16 values of one kind (scales or mins) as 16 floats.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn halves16(b: &[u8]) -> __m512 {
+    _mm512_cvtph_ps(load32(b))
+}
+
+/// Activations `at..at + 4` of a block in every lane of a 512-bit register.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn broadcast4_512(qs: &[i8; QK], at: usize) -> __m512i {
+    let b = |k: usize| qs[at + k] as u8;
+    _mm512_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
+}
+
+/// Sixteen lanes: the rows of a 16-row panel, in order.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn lanes16(v: __m512) -> [f32; 16] {
+    let mut o = [0f32; 16];
+    // SAFETY: `o` is 16 writable floats; the store is unaligned.
+    unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+    o
+}
+
+/// Where the AVX-512 kernels' prefetches go: the next panel (`ahead`) when it is
+/// whole, else this one again (asking for lines already in L1 is nearly free, and
+/// keeps the kernel's loop free of branches).
+#[inline]
+fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
+    if ahead.len() == panel.len() {
+        ahead.as_ptr()
+    } else {
+        panel.as_ptr()
+    }
+}
+
+/// Asks for block `i` of the panel at `next` (blocks of `BLOCK` bytes), while
+/// block `i` of this panel computes: the same offsets as the block's own loads,
+/// so the addresses cost no arithmetic beyond theirs, where sharing out the next
+/// panel's bytes evenly (`prefetch_share`, as the 256-bit kernels do) computed
+/// each block's share with scalar instructions that compete with the vector ones
+/// for ports. `quant_bench`'s `decode_step_matmuls` (medians of three alternating
+/// runs): one vector 2.14 → 1.78 ms, eight 4.87 → 4.54.
+#[inline]
+#[target_feature(enable = "sse")]
+fn prefetch_block<const BLOCK: usize>(next: *const u8, i: usize) {
+    for at in (0..BLOCK).step_by(64) {
+        // Prefetches never fault, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(BLOCK * i + at).cast());
+    }
+}
+
+/// Whether the AVX-512 kernels keep two sums a vector (a block's low and high
+/// halves, added at its end) rather than one: with the vectors' sums interleaved,
+/// eight vectors give the `vpdpbusd` ports independent chains enough, and one sum
+/// spares an addition (the Q8_0 kernel alone: 96–109 G MAC/s with two, 114 with
+/// one); fewer vectors wait on the chains' latency with one (at one vector 36–37
+/// against 38–42).
+#[inline]
+const fn split_sums(vectors: usize) -> bool {
+    vectors < 8
+}
+
+/// A vector's block sum from its two halves, or the one sum (see [`split_sums`]).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
+    if split_sums(V) {
+        _mm512_add_epi32(lo, hi)
+    } else {
+        lo
+    }
+}
+
+/// One block of a panel (`b`, Q8_0's bytes if `Q8`, else Q4_1's) against every
+/// vector, as integer sums: Q8_0's plus 128 times the vector's sum (its values
+/// are stored plus 128), Q4_1's of the unsigned nibbles.
+///
+/// Each group goes to every vector before the next group, so that the vectors'
+/// sums, independent chains, lie side by side in the instruction stream. One
+/// vector's whole block after another's put each vector's dependent `vpdpbusd`s
+/// back to back, and the ports waited on their latency: on a 2-core Xeon
+/// (AVX-512 VNNI), the Q4_1 kernel alone on L1-resident panels went from
+/// 106–107 to 119–123 G MAC/s a core at eight vectors, 81–83 to 86–94 at four,
+/// the same at one (Q8_0: 78–86 → 114 at eight, 74–79 → 88–97 at four, 34–35 →
+/// 38–42 at one); a decode step of eight sequences from 14.7 to 13.4 ms and from
+/// 15.0 to 14.0 (two sets of eight alternating runs of 100 steps, medians).
+/// Eight vectors are chains enough for one sum each; fewer keep two, the blocks'
+/// low and high halves (see [`split_sums`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn block_sums<const V: usize, const Q8: bool>(b: &[u8], xb: &[&BlockQ8; V]) -> [__m512i; V] {
+    let mask = _mm512_set1_epi8(0xF);
+    let mut lo = [_mm512_setzero_si512(); V];
+    let mut hi = [_mm512_setzero_si512(); V];
+    for g in 0..4 {
+        // The weights to multiply with values 4g..4g + 4 and 16 + 4g..20 + 4g.
+        let (wl, wh) = if Q8 {
+            (load64(&b[32 + 64 * g..]), load64(&b[288 + 64 * g..]))
+        } else {
+            let wg = load64(&b[64 + 64 * g..]);
+            let high = _mm512_srli_epi16(wg, 4);
+            (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
+        };
+        for v in 0..V {
+            lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
+            let h = if split_sums(V) {
+                &mut hi[v]
+            } else {
+                &mut lo[v]
+            };
+            *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+        }
+    }
+    std::array::from_fn(|v| sum_halves::<V>(lo[v], hi[v]))
+}
+
+/// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel, with AVX-512: every lane runs the
+/// same operations in the same order as in the 256-bit kernel, so results are
+/// identical, at twice the rows per instruction and with 32 registers for the
+/// sums of up to eight vectors.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for i in 0..x.nb {
+        let b = &panel[320 * i..320 * i + 320];
+        prefetch_block::<320>(next, i);
+        let d = halves16(b);
+        let m = halves16(&b[32..]);
+        let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+        let sums = block_sums::<V, false>(b, &xb);
+        for v in 0..V {
+            let p = _mm512_cvtepi32_ps(sums[v]);
+            acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
+            acc[v] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb[v].s), acc[v]);
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// [`packed_q8_0_vnni`] on a 16-row Q8_0 panel (see [`packed_q4_1_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for i in 0..x.nb {
+        let b = &panel[544 * i..544 * i + 544];
+        prefetch_block::<544>(next, i);
+        let d = halves16(b);
+        let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+        let sums = block_sums::<V, true>(b, &xb);
+        for v in 0..V {
+            let offset = 128 * (i32::from(xb[v].sums[0]) + i32::from(xb[v].sums[1]));
+            let p = _mm512_sub_epi32(sums[v], _mm512_set1_epi32(offset));
+            let sc = _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d));
+            acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[v]);
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// The AVX-512 kernel of the format.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+#[inline]
+pub(super) unsafe fn packed_512<const V: usize>(
+    q8: bool,
+    panel: &[u8],
+    ahead: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 16]; V] {
+    // SAFETY: the caller guarantees the kernels' features.
+    unsafe {
+        if q8 {
+            packed_q8_0_512::<V>(panel, ahead, x)
+        } else {
+            packed_q4_1_512::<V>(panel, ahead, x)
+        }
+    }
+}

@@ -133,7 +133,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     // The CPU's roofline for batched decode: its matmuls' multiply-adds per second
     // against the machine's int8 peak (8 sequences read each weight once for eight
     // tokens, so their step is bound by arithmetic rather than by memory).
-    if let Some(p) = acs_llama::quant::int8_peak() {
+    if let Some(p) = acs_llama::cpu::int8_peak() {
         let (peak, instruction) = (p.macs_per_sec, p.instruction);
         let macs = model.config.matmul_macs_per_token() as f64;
         let (r1, r8) = (d1 * macs, d8 * macs);

@@ -1,6 +1,7 @@
 //! Matrices repacked once at load time into panels of rows, the layout of the fastest
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
+use super::formats::{BlockQ4_1, BlockQ8_0};
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
 
@@ -93,18 +94,20 @@ impl PackedMatrix {
                 for (r, row) in rows.clone().enumerate() {
                     let at = row * rb + src_block * i;
                     let b = &weights[at..at + src_block];
-                    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
                     if ty == GgmlType::Q4_1 {
+                        let b: &BlockQ4_1 = bytemuck::from_bytes(b);
+                        out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
                         let m = 2 * width + 2 * r;
-                        out[m..m + 2].copy_from_slice(&b[2..4]);
-                        for g in 0..4 {
+                        out[m..m + 2].copy_from_slice(&b.m.0);
+                        for (g, q) in b.qs.chunks_exact(4).enumerate() {
                             let at = 4 * width * (g + 1) + 4 * r;
-                            out[at..at + 4].copy_from_slice(&b[4 + 4 * g..8 + 4 * g]);
+                            out[at..at + 4].copy_from_slice(q);
                         }
                     } else {
-                        for g in 0..8 {
-                            for k in 0..4 {
-                                let v = b[2 + 4 * g + k];
+                        let b: &BlockQ8_0 = bytemuck::from_bytes(b);
+                        out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
+                        for (g, q) in b.qs.chunks_exact(4).enumerate() {
+                            for (k, &v) in q.iter().enumerate() {
                                 let at = 2 * width + 4 * width * g + 4 * r + k;
                                 out[at] = if plus_128 { v ^ 0x80 } else { v };
                             }

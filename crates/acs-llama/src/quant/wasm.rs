@@ -11,7 +11,11 @@ use std::sync::OnceLock;
 use half::f16;
 
 use super::activations::{BlockQ8, QuantizedActivations};
-use super::formats::unpack_scales_k4;
+use super::format::{Half, blocks};
+use super::formats::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, KBlock, Q4Block,
+    unpack_scales_k4,
+};
 use super::runner::{RowKernel, rows_by_four};
 use super::{GgmlType, QK};
 
@@ -22,10 +26,10 @@ pub(crate) fn f16_table() -> &'static [f32] {
     TABLE.get_or_init(|| (0..=u16::MAX).map(|h| f16::from_bits(h).to_f32()).collect())
 }
 
-/// The little-endian f16 at `b[at..at + 2]`, by table.
+/// A half float, by table.
 #[inline(always)]
-fn le_f16(table: &[f32], b: &[u8], at: usize) -> f32 {
-    table[usize::from(u16::from_le_bytes([b[at], b[at + 1]]))]
+fn le_f16(table: &[f32], h: Half) -> f32 {
+    table[usize::from(u16::from_le_bytes(h.0))]
 }
 
 /// `b[at..at + 16]` as a vector.
@@ -89,11 +93,11 @@ fn k4_values(qs: &[u8], qh: Option<&[u8]>, s: usize) -> [v128; 2] {
 /// of 16 signed values (-32..31): four low bits from `ql`, two high ones from
 /// `qh`, laid out as `BlockQ6K::value` reads them.
 #[inline(always)]
-fn q6_values(b: &[u8], s: usize) -> [v128; 2] {
+fn q6_values(b: &BlockQ6K, s: usize) -> [v128; 2] {
     let (half, g) = (s / 4, s % 4);
     std::array::from_fn(|h| {
-        let ql = load(b, 64 * half + (g & 1) * 32 + 16 * h);
-        let qh = load(b, 128 + 32 * half + 16 * h);
+        let ql = load(&b.ql, 64 * half + (g & 1) * 32 + 16 * h);
+        let qh = load(&b.qh, 32 * half + 16 * h);
         let lo = v128_and(u8x16_shr(ql, 4 * (g as u32 >> 1)), u8x16_splat(0x0F));
         let hi = v128_and(u8x16_shr(qh, 2 * g as u32), u8x16_splat(3));
         i8x16_sub(v128_or(lo, i8x16_shl(hi, 4)), i8x16_splat(32))
@@ -102,81 +106,90 @@ fn q6_values(b: &[u8], s: usize) -> [v128; 2] {
 
 /// Q6_K's integer sum of sub-block `s` of super-block `b`: `halves` are its two
 /// halves' four partial sums, and each half of 16 values has its own scale (a
-/// signed byte from `b[192..208]`).
+/// signed byte of `b.scales`).
 #[inline(always)]
-fn q6_scaled(halves: [v128; 2], b: &[u8], s: usize) -> v128 {
-    let sc = |h: usize| i32x4_splat(i32::from(b[192 + 2 * s + h] as i8));
+fn q6_scaled(halves: [v128; 2], b: &BlockQ6K, s: usize) -> v128 {
+    let sc = |h: usize| i32x4_splat(i32::from(b.scales[2 * s + h] as i8));
     i32x4_add(i32x4_mul(halves[0], sc(0)), i32x4_mul(halves[1], sc(1)))
 }
 
 /// One weight row of `ty` against `x`, for Q8_0, Q4_0, Q4_1 and the K-quants Q4_K,
 /// Q5_K and Q6_K; `None` for the other formats (the portable code serves them).
 pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
-    let mut acc = f32x4_splat(0.0);
-    // The per-block terms outside the integer dot (a Q4 block's offset or min).
-    let mut extra = 0f32;
-    let low = u8x16_splat(0x0F);
     let t = f16_table();
-    match ty {
+    // `extra`: the per-block terms outside the integer dot (a Q4 block's offset or min).
+    let (acc, extra) = match ty {
         GgmlType::Q8_0 => {
-            for (b, xb) in row.chunks_exact(34).zip(x) {
+            let mut acc = f32x4_splat(0.0);
+            for (b, xb) in blocks::<BlockQ8_0>(row).iter().zip(x) {
                 let i = i32x4_add(
-                    dot16(load(b, 2), load_x(xb, 0)),
-                    dot16(load(b, 18), load_x(xb, 1)),
+                    dot16(load(&b.qs, 0), load_x(xb, 0)),
+                    dot16(load(&b.qs, 16), load_x(xb, 1)),
                 );
-                acc = add_scaled(acc, i, le_f16(t, b, 0) * xb.d);
+                acc = add_scaled(acc, i, le_f16(t, b.d) * xb.d);
             }
+            (acc, 0.0)
         }
-        GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
-            let (bb, q0) = if ty == GgmlType::Q4_0 {
-                (18, 2)
-            } else {
-                (20, 4)
-            };
-            for (b, xb) in row.chunks_exact(bb).zip(x) {
-                let q = load(b, q0);
-                // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
-                // high ones 16..32.
-                let i = i32x4_add(
-                    dot16(v128_and(q, low), load_x(xb, 0)),
-                    dot16(u8x16_shr(q, 4), load_x(xb, 1)),
-                );
-                let d = le_f16(t, b, 0);
-                acc = add_scaled(acc, i, d * xb.d);
-                extra += if ty == GgmlType::Q4_0 {
-                    -8.0 * d * xb.s
-                } else {
-                    le_f16(t, b, 2) * xb.s
-                };
-            }
-        }
-        GgmlType::Q4_K | GgmlType::Q5_K => {
-            for (b, xs) in row.chunks_exact(ty.block_bytes()).zip(x.chunks_exact(8)) {
-                let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
-                let (sc, mn) = unpack_scales_k4(&b[4..16]);
-                let (qh, qs) = k4_parts(ty, b);
-                for (s, xb) in xs.iter().enumerate() {
-                    let w = k4_values(qs, qh, s);
-                    let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
-                    acc = add_scaled(acc, i, d * f32::from(sc[s]) * xb.d);
-                    extra -= dmin * f32::from(mn[s]) * xb.s;
-                }
-            }
-        }
+        GgmlType::Q4_0 => q4_dot(blocks::<BlockQ4_0>(row), x, t),
+        GgmlType::Q4_1 => q4_dot(blocks::<BlockQ4_1>(row), x, t),
+        GgmlType::Q4_K => k4_dot(blocks::<BlockQ4K>(row), x, t),
+        GgmlType::Q5_K => k4_dot(blocks::<BlockQ5K>(row), x, t),
         GgmlType::Q6_K => {
-            for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
-                let d = le_f16(t, b, 208);
+            let mut acc = f32x4_splat(0.0);
+            for (b, xs) in blocks::<BlockQ6K>(row).iter().zip(x.chunks_exact(8)) {
+                let d = le_f16(t, b.d);
                 for (s, xb) in xs.iter().enumerate() {
                     let w = q6_values(b, s);
                     let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
                     acc = add_scaled(acc, q6_scaled(halves, b, s), d * xb.d);
                 }
             }
+            (acc, 0.0)
         }
         _ => return None,
-    }
+    };
     Some(finish([acc], [extra])[0])
+}
+
+/// [`dot`] of a Q4_0 (value `d·(nibble − 8)`) or Q4_1 (value `d·nibble + m`) row: the
+/// lanes' scaled integer sums and the blocks' offset terms.
+#[inline(always)]
+fn q4_dot<B: Q4Block>(row: &[B], x: &[BlockQ8], t: &[f32]) -> (v128, f32) {
+    let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
+    let low = u8x16_splat(0x0F);
+    for (b, xb) in row.iter().zip(x) {
+        let (d, qs) = b.parts();
+        let q = load(qs, 0);
+        // Nibbles 0..15 are valid signed bytes: low ones are values 0..16, high ones
+        // 16..32.
+        let i = i32x4_add(
+            dot16(v128_and(q, low), load_x(xb, 0)),
+            dot16(u8x16_shr(q, 4), load_x(xb, 1)),
+        );
+        let d = le_f16(t, d);
+        acc = add_scaled(acc, i, d * xb.d);
+        extra += b.min(d, |h| le_f16(t, h)) * xb.s;
+    }
+    (acc, extra)
+}
+
+/// [`dot`] of a Q4_K or Q5_K row: the lanes' scaled integer sums and the mins' terms.
+#[inline(always)]
+fn k4_dot<B: KBlock>(row: &[B], x: &[BlockQ8], t: &[f32]) -> (v128, f32) {
+    let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
+    for (b, xs) in row.iter().zip(x.chunks_exact(8)) {
+        let (d, dmin, scales, qh, qs) = b.parts();
+        let (d, dmin) = (le_f16(t, d), le_f16(t, dmin));
+        let (sc, mn) = unpack_scales_k4(scales);
+        let qh = qh.map(|h| &h[..]);
+        for (s, xb) in xs.iter().enumerate() {
+            let w = k4_values(qs, qh, s);
+            let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+            acc = add_scaled(acc, i, d * f32::from(sc[s]) * xb.d);
+            extra -= dmin * f32::from(mn[s]) * xb.s;
+        }
+    }
+    (acc, extra)
 }
 
 /// Values `8k..8k + 8` of a block's widened activations.
@@ -204,16 +217,6 @@ fn widen(a: v128, b: v128) -> [v128; 4] {
 fn dot32(w: &[v128; 4], x: &[i16; QK]) -> v128 {
     let d = |k: usize| i32x4_dot_i16x8(w[k], load_wide(x, k));
     i32x4_add(i32x4_add(d(0), d(1)), i32x4_add(d(2), d(3)))
-}
-
-/// A Q4_K or Q5_K super-block's fifth bits (Q5_K only) and nibbles.
-#[inline(always)]
-fn k4_parts(ty: GgmlType, b: &[u8]) -> (Option<&[u8]>, &[u8]) {
-    if ty == GgmlType::Q5_K {
-        (Some(&b[16..48]), &b[48..176])
-    } else {
-        (None, &b[16..144])
-    }
 }
 
 /// Four partial sums of 16 widened weights times widened activations `8k..8k + 16`.
@@ -247,42 +250,24 @@ fn has_kernel(ty: GgmlType) -> bool {
 #[inline(always)]
 fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
     let nb = qx.nb;
-    let blocks: [&[BlockQ8]; V] = std::array::from_fn(|v| qx.vector(g + v));
-    let wide: [&[[i16; QK]]; V] = std::array::from_fn(|v| &qx.wide[(g + v) * nb..][..nb]);
+    let x = Batch {
+        blocks: std::array::from_fn(|v| qx.vector(g + v)),
+        wide: std::array::from_fn(|v| &qx.wide[(g + v) * nb..][..nb]),
+        t: f16_table(),
+    };
     let mut acc = [f32x4_splat(0.0); V];
     // The per-block terms outside the integer dot (a Q4 block's offset or min).
     let mut extra = [0f32; V];
-    let t = f16_table();
     match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K => {
-            for (i, b) in row.chunks_exact(ty.block_bytes()).enumerate() {
-                let (d, dmin) = (le_f16(t, b, 0), le_f16(t, b, 2));
-                let (sc, mn) = unpack_scales_k4(&b[4..16]);
-                let (qh, qs) = k4_parts(ty, b);
-                for s in 0..8 {
-                    let [w0, w1] = k4_values(qs, qh, s);
-                    let w = widen(w0, w1);
-                    for (((acc, extra), x), xw) in
-                        acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
-                    {
-                        let xb = &x[8 * i + s];
-                        *acc = add_scaled(
-                            *acc,
-                            dot32(&w, &xw[8 * i + s]),
-                            d * f32::from(sc[s]) * xb.d,
-                        );
-                        *extra -= dmin * f32::from(mn[s]) * xb.s;
-                    }
-                }
-            }
-        }
+        GgmlType::Q4_K => k4_tile(blocks::<BlockQ4K>(row), &x, &mut acc, &mut extra),
+        GgmlType::Q5_K => k4_tile(blocks::<BlockQ5K>(row), &x, &mut acc, &mut extra),
         GgmlType::Q6_K => {
-            for (i, b) in row.chunks_exact(210).enumerate() {
-                let d = le_f16(t, b, 208);
+            for (i, b) in blocks::<BlockQ6K>(row).iter().enumerate() {
+                let d = le_f16(x.t, b.d);
                 for s in 0..8 {
                     let [w0, w1] = q6_values(b, s);
                     let w = widen(w0, w1);
-                    for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+                    for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
                         let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
                         let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
                         *acc = add_scaled(*acc, q6_scaled(halves, b, s), d * xb.d);
@@ -291,39 +276,76 @@ fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: 
             }
         }
         GgmlType::Q8_0 => {
-            for (i, b) in row.chunks_exact(34).enumerate() {
-                let w = widen(load(b, 2), load(b, 18));
-                let d = le_f16(t, b, 0);
-                for ((acc, x), xw) in acc.iter_mut().zip(blocks).zip(wide) {
+            for (i, b) in blocks::<BlockQ8_0>(row).iter().enumerate() {
+                let w = widen(load(&b.qs, 0), load(&b.qs, 16));
+                let d = le_f16(x.t, b.d);
+                for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
                     *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * x[i].d);
                 }
             }
         }
-        _ => {
-            // Q4_0: value = d * (nibble - 8); Q4_1: value = d * nibble + m.
-            let (bb, q0) = if ty == GgmlType::Q4_0 {
-                (18, 2)
-            } else {
-                (20, 4)
-            };
-            let low = u8x16_splat(0x0F);
-            for (i, b) in row.chunks_exact(bb).enumerate() {
-                let q = load(b, q0);
-                // Nibbles 0..15 are valid signed bytes: low ones are values 0..16,
-                // high ones 16..32.
-                let w = widen(v128_and(q, low), u8x16_shr(q, 4));
-                let d = le_f16(t, b, 0);
-                let m = if bb == 18 { -8.0 * d } else { le_f16(t, b, 2) };
-                for (((acc, extra), x), xw) in acc.iter_mut().zip(&mut extra).zip(blocks).zip(wide)
-                {
-                    let xb = &x[i];
-                    *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * xb.d);
-                    *extra += m * xb.s;
-                }
+        GgmlType::Q4_0 => q4_tile(blocks::<BlockQ4_0>(row), &x, &mut acc, &mut extra),
+        _ => q4_tile(blocks::<BlockQ4_1>(row), &x, &mut acc, &mut extra),
+    }
+    finish(acc, extra)
+}
+
+/// The vectors of a [`tile`]: their blocks, their widened values, and the f16 table.
+struct Batch<'a, const V: usize> {
+    blocks: [&'a [BlockQ8]; V],
+    wide: [&'a [[i16; QK]]; V],
+    t: &'a [f32],
+}
+
+/// [`tile`]'s Q4_K or Q5_K rows.
+#[inline(always)]
+fn k4_tile<B: KBlock, const V: usize>(
+    row: &[B],
+    x: &Batch<'_, V>,
+    acc: &mut [v128; V],
+    extra: &mut [f32; V],
+) {
+    for (i, b) in row.iter().enumerate() {
+        let (d, dmin, scales, qh, qs) = b.parts();
+        let (d, dmin) = (le_f16(x.t, d), le_f16(x.t, dmin));
+        let (sc, mn) = unpack_scales_k4(scales);
+        let qh = qh.map(|h| &h[..]);
+        for s in 0..8 {
+            let [w0, w1] = k4_values(qs, qh, s);
+            let w = widen(w0, w1);
+            for (((acc, extra), x), xw) in acc.iter_mut().zip(&mut *extra).zip(x.blocks).zip(x.wide)
+            {
+                let xb = &x[8 * i + s];
+                *acc = add_scaled(*acc, dot32(&w, &xw[8 * i + s]), d * f32::from(sc[s]) * xb.d);
+                *extra -= dmin * f32::from(mn[s]) * xb.s;
             }
         }
     }
-    finish(acc, extra)
+}
+
+/// [`tile`]'s Q4_0 or Q4_1 rows.
+#[inline(always)]
+fn q4_tile<B: Q4Block, const V: usize>(
+    row: &[B],
+    x: &Batch<'_, V>,
+    acc: &mut [v128; V],
+    extra: &mut [f32; V],
+) {
+    let low = u8x16_splat(0x0F);
+    for (i, b) in row.iter().enumerate() {
+        let (d, qs) = b.parts();
+        let q = load(qs, 0);
+        // Nibbles 0..15 are valid signed bytes: low ones are values 0..16, high ones
+        // 16..32.
+        let w = widen(v128_and(q, low), u8x16_shr(q, 4));
+        let d = le_f16(x.t, d);
+        let m = b.min(d, |h| le_f16(x.t, h));
+        for (((acc, extra), x), xw) in acc.iter_mut().zip(&mut *extra).zip(x.blocks).zip(x.wide) {
+            let xb = &x[i];
+            *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * xb.d);
+            *extra += m * xb.s;
+        }
+    }
 }
 
 /// Each vector's lanes summed as [`dot`] sums them, plus its scalar terms.
@@ -352,9 +374,9 @@ impl RowKernel for Tile {
 /// Rows `rows` against every vector of a batch (two or more), up to four vectors
 /// per pass over a row (more would not fit the 16 SIMD registers that V8 maps
 /// wasm's onto on x86); `false` for the formats [`tile`] does not serve and for a
-/// lone vector, which [`dot`] serves (in headless Chromium a decode of one
-/// sequence ran no faster through the widened activations, slower in some runs;
-/// one of 4 choices ran about half again as fast).
+/// lone vector, which [`dot`] serves: a single vector gains nothing from the
+/// widened activations, a batch does (the `kernel_bench` test of acs-web measures
+/// both in headless Chromium).
 pub(crate) fn matmul_rows(
     ty: GgmlType,
     weights: &[u8],

@@ -52,8 +52,9 @@ pub(crate) struct BlockQ5K {
     pub(crate) qs: [u8; QK_K / 2],
 }
 
-/// The parts of a Q4_K or Q5_K super-block that the shared code reads.
-trait KBlock {
+/// The parts of a Q4_K or Q5_K super-block that code shared by both reads: `d`,
+/// `dmin`, the packed scales, Q5_K's fifth bits and the nibbles.
+pub(crate) trait KBlock {
     fn parts(
         &self,
     ) -> (
@@ -66,6 +67,7 @@ trait KBlock {
 }
 
 impl KBlock for BlockQ4K {
+    #[inline(always)]
     fn parts(
         &self,
     ) -> (
@@ -80,6 +82,7 @@ impl KBlock for BlockQ4K {
 }
 
 impl KBlock for BlockQ5K {
+    #[inline(always)]
     fn parts(
         &self,
     ) -> (

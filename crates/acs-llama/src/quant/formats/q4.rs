@@ -117,3 +117,39 @@ impl Format for Q4_1 {
 fn nibbles(q: &[u8; QK / 2]) -> [u8; QK] {
     std::array::from_fn(|i| if i < 16 { q[i] & 0xF } else { q[i - 16] >> 4 })
 }
+
+/// The parts of a Q4_0 or Q4_1 block that code shared by both reads (the wasm
+/// kernels, which serve both with one loop).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) trait Q4Block {
+    /// The scale and the nibbles.
+    fn parts(&self) -> (Half, &[u8; QK / 2]);
+    /// The block's min, `d` being its scale as read by `half`.
+    fn min(&self, d: f32, half: impl Fn(Half) -> f32) -> f32;
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl Q4Block for BlockQ4_0 {
+    #[inline(always)]
+    fn parts(&self) -> (Half, &[u8; QK / 2]) {
+        (self.d, &self.qs)
+    }
+
+    #[inline(always)]
+    fn min(&self, d: f32, _: impl Fn(Half) -> f32) -> f32 {
+        -8.0 * d
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl Q4Block for BlockQ4_1 {
+    #[inline(always)]
+    fn parts(&self) -> (Half, &[u8; QK / 2]) {
+        (self.d, &self.qs)
+    }
+
+    #[inline(always)]
+    fn min(&self, _: f32, half: impl Fn(Half) -> f32) -> f32 {
+        half(self.m)
+    }
+}

@@ -7,7 +7,8 @@ use super::*;
 use crate::cpu::x86::{Avx2Token, hsum_ps};
 use crate::quant::GgmlType;
 use crate::quant::activations::QuantizedActivations;
-use crate::quant::formats::unpack_scales_k4;
+use crate::quant::format::{Half, blocks};
+use crate::quant::formats::{BlockQ4K, BlockQ5K, BlockQ6K, unpack_scales_k4};
 use crate::quant::runner::{RowKernel, rows_by_four};
 
 macro_rules! safe_entry {
@@ -32,14 +33,14 @@ safe_entry!(dot_q6_k => q6_k);
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k4_super_block<const V: usize>(
-    b: &[u8],
+    (d, dmin, scales): (Half, Half, &[u8; 12]),
     qs: &[u8],
     qh: Option<&[u8]>,
     xs: [&[BlockQ8]; V],
     acc: &mut [__m256; V],
 ) -> [f32; V] {
-    let (d, dmin) = (h2f(b, 0), h2f(b, 2));
-    let (sc, mn) = unpack_scales_k4(&b[4..16]);
+    let (d, dmin) = (h2f(d), h2f(dmin));
+    let (sc, mn) = unpack_scales_k4(scales);
     let hbits = qh.map(load32);
     let mask = _mm256_set1_epi8(0xF);
     let mut mins = [0f32; V];
@@ -78,8 +79,9 @@ fn super_blocks<const V: usize>(x: [&[BlockQ8]; V], i: usize) -> [&[BlockQ8]; V]
 fn q4_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let mut acc = [_mm256_setzero_ps(); V];
     let mut mins = [0f32; V];
-    for (i, b) in row.chunks_exact(144).enumerate() {
-        let m = k4_super_block(b, &b[16..144], None, super_blocks(x, i), &mut acc);
+    for (i, b) in blocks::<BlockQ4K>(row).iter().enumerate() {
+        let scales = (b.d, b.dmin, &b.scales);
+        let m = k4_super_block(scales, &b.qs, None, super_blocks(x, i), &mut acc);
         for (total, m) in mins.iter_mut().zip(m) {
             *total += m;
         }
@@ -92,9 +94,10 @@ fn q4_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
 fn q5_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let mut acc = [_mm256_setzero_ps(); V];
     let mut mins = [0f32; V];
-    for (i, b) in row.chunks_exact(176).enumerate() {
-        let qh = Some(&b[16..48]);
-        let m = k4_super_block(b, &b[48..176], qh, super_blocks(x, i), &mut acc);
+    for (i, b) in blocks::<BlockQ5K>(row).iter().enumerate() {
+        let scales = (b.d, b.dmin, &b.scales);
+        let qh = Some(&b.qh[..]);
+        let m = k4_super_block(scales, &b.qs, qh, super_blocks(x, i), &mut acc);
         for (total, m) in mins.iter_mut().zip(m) {
             *total += m;
         }
@@ -109,14 +112,14 @@ fn q6_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let mut corr = [0f32; V];
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(0x30);
-    for (i, b) in row.chunks_exact(210).enumerate() {
+    for (i, b) in blocks::<BlockQ6K>(row).iter().enumerate() {
         let xs = super_blocks(x, i);
-        let d = h2f(b, 208);
-        let scales = &b[192..208];
+        let d = h2f(b.d);
+        let scales = &b.scales;
         for half in 0..2 {
-            let ql0 = load32(&b[64 * half..]);
-            let ql1 = load32(&b[64 * half + 32..]);
-            let qh = load32(&b[128 + 32 * half..]);
+            let ql0 = load32(&b.ql[64 * half..]);
+            let ql1 = load32(&b.ql[64 * half + 32..]);
+            let qh = load32(&b.qh[32 * half..]);
             // The unsigned 6-bit values (signed value + 32) of the four groups.
             let groups = [
                 _mm256_or_si256(

@@ -12,6 +12,7 @@ use std::arch::x86_64::*;
 
 use super::QK;
 use super::activations::BlockQ8;
+use super::format::Half;
 use crate::cpu::x86::{load16, load32};
 
 pub(crate) mod k_quants;
@@ -58,20 +59,20 @@ pub(super) fn unpack_nibbles(q: __m128i) -> __m256i {
     _mm256_and_si256(both, _mm256_set1_epi8(0xF))
 }
 
-/// A little-endian f16 at `b[at..]`, converted by the F16C unit.
+/// A half float, converted by the F16C unit.
 #[inline]
 #[target_feature(enable = "f16c")]
-pub(super) fn h2f(b: &[u8], at: usize) -> f32 {
-    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+pub(super) fn h2f(h: Half) -> f32 {
+    let bits = u16::from_le_bytes(h.0);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
-/// The two little-endian f16s at the start of `b` (Q4_1's scale and min), each
-/// broadcast to all lanes.
+/// Two half floats (Q4_1's scale and min), converted together and each broadcast
+/// to all lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn h2f_pair(b: &[u8]) -> (__m256, __m256) {
-    let bits = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+pub(super) fn h2f_pair(a: Half, b: Half) -> (__m256, __m256) {
+    let bits = i32::from_le_bytes([a.0[0], a.0[1], b.0[0], b.0[1]]);
     let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
     (
         _mm256_broadcastss_ps(both),

@@ -185,10 +185,10 @@ fn prefetch_stride(ahead: &[u8], nb: usize) -> usize {
 
 /// Asks for share `i` (`share` bytes, from [`prefetch_stride`]) of `ahead` (the
 /// next panel of the 256-bit kernels) to come into the cache. At eight vectors a core
-/// needs about 10 GB/s of weights, about what one core streams from DRAM, and the
-/// hardware prefetcher alone let the loads and the arithmetic take turns (a cold
-/// panel cost the sum of the two); spread over the blocks, these requests keep the
-/// memory busy while the kernel computes.
+/// needs weights about as fast as one core streams them from DRAM, and with the
+/// hardware prefetcher alone the loads and the arithmetic take turns (a cold panel
+/// costs the sum of the two); spread over the blocks, these requests keep the memory
+/// busy while the kernel computes.
 #[inline]
 #[target_feature(enable = "sse")]
 fn prefetch_share(ahead: &[u8], i: usize, share: usize) {
@@ -331,9 +331,8 @@ pub(crate) fn packed_rows(
 /// Part `part` of `parts` of the next panel's bytes, in whole cache lines: each
 /// group of vectors asks for its share while it computes, so that a batch of
 /// several groups spreads the next panel's loads over all of them. Asked for by
-/// the first group alone, the next panel of the Q8_0 output matrix (4896 bytes at
-/// the default model's width) came in at twice the rate one core sustains, and
-/// the kernel waited for it.
+/// the first group alone, a wide panel (the Q8_0 output matrix's) would have to
+/// arrive faster than one core streams, and the kernel would wait for it.
 fn ahead_part(next: Option<&[u8]>, part: usize, parts: usize) -> &[u8] {
     let Some(next) = next else { return &[] };
     let share = prefetch_stride(next, parts);

@@ -57,8 +57,8 @@ fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
 /// so the addresses cost no arithmetic beyond theirs, where sharing out the next
 /// panel's bytes evenly (`prefetch_share`, as the 256-bit kernels do) computed
 /// each block's share with scalar instructions that compete with the vector ones
-/// for ports. `quant_bench`'s `decode_step_matmuls` (medians of three alternating
-/// runs): one vector 2.14 → 1.78 ms, eight 4.87 → 4.54.
+/// for ports (the `decode_step_matmuls` benchmark of `cargo bench -p acs-llama
+/// --bench quant` measures it).
 #[inline]
 #[target_feature(enable = "sse")]
 fn prefetch_block<const BLOCK: usize>(next: *const u8, i: usize) {
@@ -71,9 +71,7 @@ fn prefetch_block<const BLOCK: usize>(next: *const u8, i: usize) {
 /// Whether the AVX-512 kernels keep two sums a vector (a block's low and high
 /// halves, added at its end) rather than one: with the vectors' sums interleaved,
 /// eight vectors give the `vpdpbusd` ports independent chains enough, and one sum
-/// spares an addition (the Q8_0 kernel alone: 96–109 G MAC/s with two, 114 with
-/// one); fewer vectors wait on the chains' latency with one (at one vector 36–37
-/// against 38–42).
+/// spares an addition; fewer vectors wait on the chains' latency with one.
 #[inline]
 const fn split_sums(vectors: usize) -> bool {
     vectors < 8
@@ -97,13 +95,7 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
 /// Each group goes to every vector before the next group, so that the vectors'
 /// sums, independent chains, lie side by side in the instruction stream. One
 /// vector's whole block after another's put each vector's dependent `vpdpbusd`s
-/// back to back, and the ports waited on their latency: on a 2-core Xeon
-/// (AVX-512 VNNI), the Q4_1 kernel alone on L1-resident panels went from
-/// 106–107 to 119–123 G MAC/s a core at eight vectors, 81–83 to 86–94 at four,
-/// the same at one (Q8_0: 78–86 → 114 at eight, 74–79 → 88–97 at four, 34–35 →
-/// 38–42 at one); a decode step of eight sequences from 14.7 to 13.4 ms and from
-/// 15.0 to 14.0 (two sets of eight alternating runs of 100 steps, medians).
-/// Eight vectors are chains enough for one sum each; fewer keep two, the blocks'
+/// back to back, and the ports would wait on their latency. Eight vectors are chains enough for one sum each; fewer keep two, the blocks'
 /// low and high halves (see [`split_sums`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

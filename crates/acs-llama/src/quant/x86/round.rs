@@ -22,9 +22,8 @@ fn quantize_block_impl(v: &[f32; QK]) -> BlockQ8 {
 
 /// One vector's values rounded into `dst` (the last block zero-padded), exactly
 /// as [`quantize_block`] rounds each block. Eight blocks' scales and their
-/// inverses come from one vector division each: block by block, the two scalar
-/// divisions (and the call per block) made rounding a batch's inputs cost 40 ns
-/// a block, 6 µs of each matmul of eight vectors.
+/// inverses come from one vector division each, where two scalar divisions per
+/// block (and a call per block) would dominate the rounding of a batch's inputs.
 pub(crate) fn quantize_vector(_t: Avx2Token, x: &[f32], dst: &mut [BlockQ8]) {
     // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
     // and F16C; the function reads `x` and writes `dst` through bounds-checked

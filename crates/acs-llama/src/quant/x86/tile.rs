@@ -7,6 +7,8 @@ use super::*;
 use crate::cpu::x86::{Avx2Token, hsum_ps, load8f};
 use crate::quant::GgmlType;
 use crate::quant::activations::{GROUP, QuantizedActivations};
+use crate::quant::format::blocks;
+use crate::quant::formats::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 
 /// `hsum(acc[r][v]) + k · off[r][lane + v]`: a tile's results.
 #[inline]
@@ -41,14 +43,15 @@ macro_rules! tile_kernels {
                 rows: [&[u8]; R],
                 x: Xs<'_>,
             ) -> [[f32; V]; R] {
+                let rows: [&[BlockQ4_0]; R] = rows.map(blocks);
                 let mut acc = [[_mm256_setzero_ps(); V]; R];
                 let mut off = [_mm256_setzero_ps(); R];
                 for i in 0..x.nb {
                     let s8 = load8f(&x.sums[i * GROUP..]);
                     for r in 0..R {
-                        let b = &rows[r][18 * i..18 * i + 18];
-                        let d = _mm256_set1_ps(h2f(b, 0));
-                        let w = unpack_nibbles(load16(&b[2..]));
+                        let b = &rows[r][i];
+                        let d = _mm256_set1_ps(h2f(b.d));
+                        let w = unpack_nibbles(load16(&b.qs));
                         off[r] = _mm256_fmadd_ps(d, s8, off[r]);
                         for v in 0..V {
                             let xb = &x.blocks[v * x.nb + i];
@@ -67,14 +70,15 @@ macro_rules! tile_kernels {
                 rows: [&[u8]; R],
                 x: Xs<'_>,
             ) -> [[f32; V]; R] {
+                let rows: [&[BlockQ4_1]; R] = rows.map(blocks);
                 let mut acc = [[_mm256_setzero_ps(); V]; R];
                 let mut off = [_mm256_setzero_ps(); R];
                 for i in 0..x.nb {
                     let s8 = load8f(&x.sums[i * GROUP..]);
                     for r in 0..R {
-                        let b = &rows[r][20 * i..20 * i + 20];
-                        let (d, m) = h2f_pair(b);
-                        let w = unpack_nibbles(load16(&b[4..]));
+                        let b = &rows[r][i];
+                        let (d, m) = h2f_pair(b.d, b.m);
+                        let w = unpack_nibbles(load16(&b.qs));
                         off[r] = _mm256_fmadd_ps(m, s8, off[r]);
                         for v in 0..V {
                             let xb = &x.blocks[v * x.nb + i];
@@ -93,12 +97,13 @@ macro_rules! tile_kernels {
                 rows: [&[u8]; R],
                 x: Xs<'_>,
             ) -> [[f32; V]; R] {
+                let rows: [&[BlockQ8_0]; R] = rows.map(blocks);
                 let mut acc = [[_mm256_setzero_ps(); V]; R];
                 for i in 0..x.nb {
                     for r in 0..R {
-                        let b = &rows[r][34 * i..34 * i + 34];
-                        let d = _mm256_set1_ps(h2f(b, 0));
-                        let w = load32(&b[2..]);
+                        let b = &rows[r][i];
+                        let d = _mm256_set1_ps(h2f(b.d));
+                        let w = load32(&b.qs);
                         // |w| × (x with w's sign): the unsigned operand must be w.
                         let aw = _mm256_sign_epi8(w, w);
                         for v in 0..V {

@@ -4,6 +4,7 @@ mod exp;
 pub mod gguf;
 mod lanes;
 pub mod model;
+pub mod model_cache;
 pub mod quant;
 pub mod sample;
 mod team;

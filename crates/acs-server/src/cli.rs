@@ -10,7 +10,9 @@ use acs_engine::{Engine, Event, SchedulerConfig, prepare};
 use acs_llama::model::Model;
 use serde_json::json;
 
+use crate::clock::unix_now;
 use crate::models;
+use crate::random::random;
 
 /// Errors of the CLI commands.
 #[derive(Debug, thiserror::Error)]
@@ -53,21 +55,6 @@ pub struct CompleteArgs {
     /// Report this many alternatives per token.
     #[arg(long)]
     logprobs: Option<u8>,
-}
-
-/// Random bytes from the OS.
-pub fn random<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).expect("the OS has randomness");
-    b
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 pub fn tokenize(model: Option<PathBuf>, special: bool, text: &str) -> Result<(), CliError> {

@@ -3,16 +3,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use acs_core::ids::completion_id;
 use acs_core::{ApiError, Completion, CompletionRequest, Endpoint};
 use acs_engine::generation::model_info;
 use acs_engine::{Engine, Event, SchedulerConfig, prepare};
 use acs_llama::model::Model;
 use serde_json::json;
 
-use crate::clock::unix_now;
-use crate::models;
 use crate::random::random;
+use crate::{models, run};
 
 /// Errors of the CLI commands.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +80,7 @@ pub fn run_completion(
     for e in events {
         match e {
             Event::Done(f) => {
-                return Ok(f.into_completion(&req.model, completion_id(random()), unix_now()));
+                return Ok(run::completion(f, &req.model));
             }
             Event::Failed(e) => return Err(e),
             Event::Delta(_) => {}

@@ -5,6 +5,7 @@ mod exp;
 pub mod gguf;
 mod lanes;
 pub mod model;
+pub mod model_cache;
 pub mod quant;
 pub mod sample;
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! activations stay near unit size through the layers.
 
 use crate::gguf::{GgufError, GgufWriter, MetaArray, MetaValue};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::model_cache::{DEFAULT_MODEL_FILE, model_cache_dir};
 use crate::quant::{GgmlType, QuantError, quantize_row};
 
 /// The shape and formats of a generated model.
@@ -356,20 +358,6 @@ pub fn write_test_model(
 ) -> Result<(), TestGenError> {
     std::fs::write(path, test_model_bytes(spec)?)?;
     Ok(())
-}
-
-/// File name of the default model (SmolLM2-135M-Instruct Q4_1) in the model cache.
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// Where fetched models are kept: `$ACS_MODEL_CACHE`, else `~/.cache/acs/models`
-/// (`scripts/fetch-model.sh` and `acs serve` put the default model there).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn model_cache_dir() -> std::path::PathBuf {
-    if let Some(dir) = std::env::var_os("ACS_MODEL_CACHE") {
-        return dir.into();
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
-    std::path::PathBuf::from(home).join(".cache/acs/models")
 }
 
 /// The default model for the tests that need real text: `$ACS_TEST_MODEL`, else the

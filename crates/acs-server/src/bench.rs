@@ -207,9 +207,9 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
 }
 
 /// Stolen time (in percent) above which `acs bench` says its figures are a busy
-/// host's: on a 2-core guest, a run with 5–36% of the time stolen (`vmstat`, every 5 s)
-/// gave the engine's 8 requests 3.57× one where quiet runs gave 4.0–4.5×, as a step of
-/// eight waits at each of its parallel loops for a descheduled core.
+/// host's: stolen time slows the engine's batched runs most, as a step of eight waits
+/// at each of its parallel loops for a descheduled core, so the speedups it reports
+/// come out low.
 const STEAL_NOTED: f64 = 2.0;
 
 /// The CPUs' time since boot, in ticks: all of it, and what the hypervisor gave to

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use acs_core::ids::completion_id;
 use acs_core::{ApiError, Completion, CompletionRequest, Endpoint};
 use acs_engine::generation::model_info;
 use acs_engine::{Engine, Event, SchedulerConfig, prepare};
 use acs_llama::model::Model;
 use serde_json::json;
 
-use crate::models;
+use crate::random::random;
+use crate::{models, run};
 
 /// Errors of the CLI commands.
 #[derive(Debug, thiserror::Error)]
@@ -55,21 +55,6 @@ pub struct CompleteArgs {
     logprobs: Option<u8>,
 }
 
-/// Random bytes from the OS.
-pub fn random<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).expect("the OS has randomness");
-    b
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 pub fn tokenize(model: Option<PathBuf>, special: bool, text: &str) -> Result<(), CliError> {
     let path = models::resolve(model)?;
     let model = models::load(&path)?;
@@ -95,7 +80,7 @@ pub fn run_completion(
     for e in events {
         match e {
             Event::Done(f) => {
-                return Ok(f.into_completion(&req.model, completion_id(random()), unix_now()));
+                return Ok(run::completion(f, &req.model));
             }
             Event::Failed(e) => return Err(e),
             Event::Delta(_) => {}

@@ -8,8 +8,9 @@ use acs_core::sql::MAX_SAFE_INTEGER;
 use acs_core::{ApiError, ApiKey, Budget, ErrorCode, Store, Timestamp, ledger};
 use clap::Subcommand;
 
-use crate::cli::{CliError, random};
+use crate::cli::CliError;
 use crate::db::Db;
+use crate::random::random;
 
 /// The keys subcommands.
 #[derive(Debug, Subcommand)]

@@ -5,23 +5,24 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod app;
 mod bench;
 mod cli;
-mod completions;
+mod clock;
 mod db;
-mod edge;
-mod jobs_http;
+mod http;
 mod keys;
 mod models;
+mod random;
+mod run;
 mod runner;
 mod serve;
+mod service;
 
 /// The allocator of the whole process. A decode step allocates and frees megabytes
 /// (a vocabulary-wide logits vector per sequence, the step's activations, growing KV
-/// caches) from the engine's thread and the forward pass's team; with the system
-/// allocator, 8 concurrent requests decoded about a sixth slower (`acs bench`,
-/// README).
+/// caches) from the engine's thread and the forward pass's team; mimalloc serves such
+/// traffic from per-thread pages, where the system allocator slows concurrent
+/// decoding down.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -30,11 +31,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long freed memory stays with the process before mimalloc returns it to the
-/// kernel, in milliseconds. Its default, 10 ms, is shorter than a decode step (about
-/// 20 ms for 8 sequences of the default model here), so the memory each step frees
-/// went back to the kernel and the next step faulted it in again, zeroed: `perf stat`
-/// counted 100,116 page faults in an `acs bench` run, 18,425 with a second, and the
-/// medians of three alternating runs each were 5-16% faster (README).
+/// kernel, in milliseconds. mimalloc's default, 10 ms, is shorter than a decode step of
+/// several sequences, so the memory each step frees would go back to the kernel and the
+/// next step would fault it in again, zeroed; a delay longer than a step keeps it here.
 const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
 
 /// Sample many rollouts: completions, budgets, jobs and steering over a Llama GGUF.
@@ -80,7 +79,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Serve(a) => serve::run(a),
-        Command::Keys(k) => keys::run(k, acs_core::Clock::now(&app::SystemClock)),
+        Command::Keys(k) => keys::run(k, clock::now()),
         Command::Tokenize {
             model,
             special,

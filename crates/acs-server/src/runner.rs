@@ -6,20 +6,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use acs_core::jobs::{self, Start};
-use acs_core::request::{Endpoint, hold_tokens};
+use acs_core::request::Endpoint;
 use acs_core::{ApiError, CompletionRequest, Job, JobId, JobStatus, Outcome, Store};
 use acs_engine::{Event, Generation};
-use tokio::sync::mpsc;
 
-use crate::app::AppState;
-use crate::cli::{random, unix_now};
-use crate::completions::prepare_request;
+use crate::run;
+use crate::service::Service;
 
 /// How often queued jobs are looked at when nothing wakes the dispatcher.
 const POLL: Duration = Duration::from_millis(250);
 
 /// Runs forever: dispatches queued jobs, purges expired results.
-pub async fn dispatch(state: AppState) {
+pub async fn dispatch(state: Service) {
     let mut last_purge = std::time::Instant::now();
     // Jobs waiting for their Hold keep their prepared work, so that each poll does
     // not tokenize them again.
@@ -45,7 +43,7 @@ pub async fn dispatch(state: AppState) {
 }
 
 async fn dispatch_once(
-    state: &AppState,
+    state: &Service,
     prepared: &mut HashMap<JobId, Generation>,
 ) -> Result<(), ApiError> {
     let queued = state
@@ -57,7 +55,7 @@ async fn dispatch_once(
         let generation = match prepared.remove(&job.id) {
             Some(g) => Ok(g),
             None => match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
-                Ok(r) => prepare_request(state, r).await,
+                Ok(r) => run::prepare(state, r).await,
                 Err(e) => Err(e),
             },
         };
@@ -73,11 +71,7 @@ async fn dispatch_once(
                 continue;
             }
         };
-        let hold = hold_tokens(
-            &generation.prompt_lens(),
-            generation.n as u32,
-            generation.max_tokens as u32,
-        );
+        let hold = run::hold(&generation);
         match state
             .db
             .tx(|s| jobs::start(s, job.id, hold, now, retention))?
@@ -92,16 +86,12 @@ async fn dispatch_once(
     Ok(())
 }
 
-fn spawn_run(state: AppState, job: Job, generation: Generation) {
+fn spawn_run(state: Service, job: Job, generation: Generation) {
     tokio::spawn(async move {
         let id = job.id;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let submitted = state
-            .engine
-            .submit(generation, Box::new(move |e| tx.send(e).is_ok()));
-        let (outcome, used) = match submitted {
+        let (outcome, used) = match run::start(&state, generation) {
             Err(e) => (Outcome::Failed(e), 0),
-            Ok(ticket) => {
+            Ok((ticket, mut rx)) => {
                 state
                     .running_jobs
                     .lock()
@@ -126,10 +116,7 @@ fn spawn_run(state: AppState, job: Job, generation: Generation) {
                 while let Some(e) = rx.recv().await {
                     match e {
                         Event::Delta(_) => {}
-                        Event::Done(f) => {
-                            let id = acs_core::ids::completion_id(random());
-                            end = f.into_outcome(&job.model, id, unix_now());
-                        }
+                        Event::Done(f) => end = run::outcome(f, &job.model),
                         Event::Failed(e) => end = (Outcome::Failed(e), 0),
                     }
                 }
@@ -157,6 +144,6 @@ fn spawn_run(state: AppState, job: Job, generation: Generation) {
 }
 
 /// Startup: release every Hold of the previous process and requeue its running jobs.
-pub fn recover(state: &AppState) -> Result<usize, ApiError> {
+pub fn recover(state: &Service) -> Result<usize, ApiError> {
     state.db.tx(|s| jobs::recover(s))
 }

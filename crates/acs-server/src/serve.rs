@@ -10,9 +10,11 @@ use acs_engine::{Engine, SchedulerConfig};
 use acs_llama::gguf::GgufFile;
 use tokio::sync::Notify;
 
-use crate::app::{self, AppState, Config, TUTORIAL_ALIAS};
-use crate::cli::{CliError, unix_now};
+use crate::cli::CliError;
+use crate::clock::unix_now;
 use crate::db::Db;
+use crate::http::{self, AppState};
+use crate::service::{self, Service, TUTORIAL_ALIAS};
 use crate::{models, runner};
 
 /// Arguments of `acs serve`.
@@ -112,23 +114,28 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web"));
         here.is_dir().then_some(here)
     });
-    let state = AppState {
+    let service = Service {
         db,
         engine,
         controls: Arc::new(controls),
-        config: Arc::new(Config {
+        config: Arc::new(service::Config {
             model_id: model_id.clone(),
             aliases: vec![TUTORIAL_ALIAS.to_owned()],
-            max_body_bytes: a.max_body_bytes,
             retention_ms: (a.retention_secs as i64).saturating_mul(1000),
-            edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
-            model_file: Some(path.clone()),
         }),
         running_jobs: Arc::default(),
         wake: Arc::new(Notify::new()),
         started: unix_now(),
     };
-    let requeued = runner::recover(&state)?;
+    let state = AppState {
+        service: service.clone(),
+        config: Arc::new(http::Config {
+            max_body_bytes: a.max_body_bytes,
+            edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
+            model_file: Some(path.clone()),
+        }),
+    };
+    let requeued = runner::recover(&service)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -148,8 +155,8 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             "acs: serving {model_id} (alias {TUTORIAL_ALIAS}) on http://{}/v1",
             a.addr
         );
-        tokio::spawn(runner::dispatch(state.clone()));
-        axum::serve(listener, app::router(state, web))
+        tokio::spawn(runner::dispatch(service));
+        axum::serve(listener, http::router(state, web))
             .with_graceful_shutdown(shutdown())
             .await
             .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))

@@ -3,24 +3,45 @@
 use acs_core::ids::body_digest;
 use acs_core::jobs::{self, Begin};
 use acs_core::request::canonical_json;
-use acs_core::{ApiError, CompletionRequest, Endpoint, Job, JobId, JobStatus};
-use axum::body::Body;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use acs_core::{ApiError, CompletionRequest, Endpoint, ErrorCode, Job, JobId, JobStatus};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use crate::app::{
-    AppState, Failure, authenticate, job_id, json_response, read_body, set_header, with_budget,
-};
-use crate::cli::random;
-use crate::completions::prepare_request;
+use super::auth::Authenticated;
+use super::body::LimitedBody;
+use super::error::Failure;
+use super::response::{json_response, set_header, with_budget};
+use super::state::AppState;
+use crate::random::random;
+use crate::run;
+use crate::service::Service;
 
-fn job_response(state: &AppState, status: StatusCode, job: &Job) -> Response {
-    let mut resp = json_response(status, &job.view(state.now()));
+/// A job id from the path; anything that is not one (not even UTF-8) is 404.
+#[derive(Debug)]
+pub struct JobPath(JobId);
+
+impl FromRequestParts<AppState> for JobPath {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Failure> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(JobPath(jobs::parse_id(&id)?)),
+            Err(_) => Err(Failure(ApiError::new(
+                ErrorCode::NotFound,
+                "No job with that id.",
+            ))),
+        }
+    }
+}
+
+fn job_response(service: &Service, status: StatusCode, job: &Job) -> Response {
+    let mut resp = json_response(status, &job.view(service.now()));
     set_header(resp.headers_mut(), "x-request-id", &job.id.request_id());
-    with_budget(state, &job.key_id, resp)
+    with_budget(&service.db, &job.key_id, resp)
 }
 
 /// The `Idempotency-Key` header, if sent. Several fields of the name are one key,
@@ -39,38 +60,39 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 /// `POST /v1/completion-jobs`.
 pub async fn submit(
     State(state): State<AppState>,
+    key: Result<Authenticated, Failure>,
     headers: HeaderMap,
-    body: Body,
+    body: Result<LimitedBody, Failure>,
 ) -> Result<Response, Failure> {
-    // The body is read whatever the key (see `completions::create`).
-    let key = authenticate(&state, &headers);
-    let bytes = read_body(&state, body).await;
-    let key = key?;
+    let service = &state.service;
+    let Authenticated(key) = key?;
     let idem = idempotency_key(&headers)?;
-    let bytes = bytes?;
+    let LimitedBody(bytes) = body?;
     let value = acs_core::request::parse_json_object(&bytes)?;
     let req = CompletionRequest::from_value(&value, Endpoint::Jobs)?;
     let canonical = canonical_json(&value);
     let digest = body_digest(&canonical);
-    let now = state.now();
-    let retention = state.config.retention_ms;
-    match state
+    let now = service.now();
+    let retention = service.config.retention_ms;
+    match service
         .db
         .tx(|s| jobs::begin(s, &key.id, idem.as_deref(), &digest, now, retention))?
     {
         Begin::Replay(job) => {
-            let mut resp = job_response(&state, StatusCode::OK, &job);
+            let mut resp = job_response(service, StatusCode::OK, &job);
             set_header(resp.headers_mut(), "idempotent-replayed", "true");
             return Ok(resp);
         }
         Begin::New => {}
     }
     // Refuse what can never run now, rather than fail the job later.
-    if let Err(e) = prepare_request(&state, req.clone()).await {
-        let _ = state.db.tx(|s| jobs::abandon(s, &key.id, idem.as_deref()));
+    if let Err(e) = run::prepare(service, req.clone()).await {
+        let _ = service
+            .db
+            .tx(|s| jobs::abandon(s, &key.id, idem.as_deref()));
         return Err(Failure(e));
     }
-    let now = state.now();
+    let now = service.now();
     let job = Job::new(
         JobId::new_v7(now, random()),
         &key.id,
@@ -78,21 +100,20 @@ pub async fn submit(
         canonical,
         now,
     );
-    let job = state.db.tx(|s| jobs::create(s, job, idem.as_deref()))?;
-    state.wake.notify_one();
-    Ok(job_response(&state, StatusCode::ACCEPTED, &job))
+    let job = service.db.tx(|s| jobs::create(s, job, idem.as_deref()))?;
+    service.wake.notify_one();
+    Ok(job_response(service, StatusCode::ACCEPTED, &job))
 }
 
 /// `GET /v1/completion-jobs/{id}`.
 pub async fn get(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
+    Authenticated(key): Authenticated,
+    JobPath(id): JobPath,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
-    let id = job_id(path)?;
-    let job = state.db.tx(|s| jobs::owned(s, &key.id, id))?;
-    Ok(job_response(&state, StatusCode::OK, &job))
+    let service = &state.service;
+    let job = service.db.tx(|s| jobs::owned(s, &key.id, id))?;
+    Ok(job_response(service, StatusCode::OK, &job))
 }
 
 /// Query of the job list.
@@ -105,19 +126,19 @@ pub struct ListQuery {
 /// `GET /v1/completion-jobs`.
 pub async fn list(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Authenticated(key): Authenticated,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
+    let service = &state.service;
     let Query(q) = query.map_err(|e| {
         ApiError::invalid_value("limit", format!("The query string is malformed: {e}."))
     })?;
-    let now = state.now();
-    let page = state
+    let now = service.now();
+    let page = service
         .db
         .tx(|s| jobs::list(s, &key.id, q.limit.as_deref(), q.after.as_deref(), now))?;
     Ok(with_budget(
-        &state,
+        &service.db,
         &key.id,
         json_response(StatusCode::OK, &page),
     ))
@@ -126,36 +147,37 @@ pub async fn list(
 /// `POST /v1/completion-jobs/{id}/cancel`.
 pub async fn cancel(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
+    Authenticated(key): Authenticated,
+    JobPath(id): JobPath,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
-    let id = job_id(path)?;
-    let now = state.now();
-    let retention = state.config.retention_ms;
-    let job = state
+    let service = &state.service;
+    let now = service.now();
+    let retention = service.config.retention_ms;
+    let job = service
         .db
         .tx(|s| jobs::cancel(s, &key.id, id, now, retention))?;
     if job.status == JobStatus::Running {
-        let tickets = state.running_jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let tickets = service
+            .running_jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(t) = tickets.get(&id) {
             t.cancel();
         }
     }
-    Ok(job_response(&state, StatusCode::OK, &job))
+    Ok(job_response(service, StatusCode::OK, &job))
 }
 
 /// `GET /v1/completion-jobs/{id}/result`.
 pub async fn result(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
+    Authenticated(key): Authenticated,
+    JobPath(id): JobPath,
 ) -> Result<Response, Failure> {
-    let key = authenticate(&state, &headers)?;
-    let id = job_id(path)?;
-    let now = state.now();
-    let completion = state.db.tx(|s| jobs::result(s, &key.id, id, now))?;
+    let service = &state.service;
+    let now = service.now();
+    let completion = service.db.tx(|s| jobs::result(s, &key.id, id, now))?;
     let mut resp = json_response(StatusCode::OK, &completion);
     set_header(resp.headers_mut(), "x-request-id", &id.request_id());
-    Ok(with_budget(&state, &key.id, resp))
+    Ok(with_budget(&service.db, &key.id, resp))
 }

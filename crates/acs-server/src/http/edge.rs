@@ -1,0 +1,62 @@
+//! The routes a trusted edge (the Cloudflare Worker in `worker/`) calls. The edge keeps
+//! keys, Budgets, Holds and jobs itself; here it only needs the model: how many tokens
+//! a request would hold, and the run, streamed with its running usage.
+//!
+//! Both routes exist only with `acs serve --edge-secret`, and take the request only
+//! from the edge ([`EdgeCaller`]). `x-acs-endpoint: jobs` validates a body by the
+//! rules of `/v1/completion-jobs` (activations allowed, no streaming).
+
+use acs_core::CompletionRequest;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use super::auth::EdgeCaller;
+use super::body::LimitedBody;
+use super::error::Failure;
+use super::response::json_response;
+use super::sse::{Audience, sse};
+use super::state::AppState;
+use crate::run::{self, Payer};
+
+/// The request, parsed by the rules of the endpoint the edge names.
+fn parse(
+    edge: Result<EdgeCaller, Failure>,
+    body: Result<LimitedBody, Failure>,
+) -> Result<CompletionRequest, Failure> {
+    let (EdgeCaller(endpoint), LimitedBody(bytes)) = (edge?, body?);
+    Ok(CompletionRequest::parse(&bytes, endpoint)?)
+}
+
+/// `POST /edge/v1/prepare`: validates the request against the model and answers
+/// `{"hold_tokens": N}`, the Hold the edge must take before it runs it.
+pub async fn prepare(
+    State(state): State<AppState>,
+    edge: Result<EdgeCaller, Failure>,
+    body: Result<LimitedBody, Failure>,
+) -> Result<Response, Failure> {
+    let req = parse(edge, body)?;
+    let g = run::prepare(&state.service, req).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "hold_tokens": run::hold(&g) }),
+    ))
+}
+
+/// `POST /edge/v1/run`: runs the request without a Budget of its own and streams
+/// it to the edge ([`Audience::Edge`]). A closed connection cancels the run.
+pub async fn run(
+    State(state): State<AppState>,
+    edge: Result<EdgeCaller, Failure>,
+    body: Result<LimitedBody, Failure>,
+) -> Result<Response, Failure> {
+    let req = parse(edge, body)?;
+    let model = req.model.clone();
+    let audience = Audience::Edge {
+        chunks: req.stream,
+        include_usage: req.stream_include_usage,
+    };
+    let g = run::prepare(&state.service, req).await?;
+    let admitted = run::admit_and_run(&state.service, Payer::Edge, g)?;
+    Ok(sse(admitted, model, audience))
+}

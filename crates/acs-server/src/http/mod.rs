@@ -1,0 +1,20 @@
+//! The HTTP face of the server. Handlers, one module per resource, take who is calling
+//! ([`auth`]) and the body ([`body`]) as extractors and answer errors as [`error`]
+//! shapes them; [`router`] routes to them, and nothing routes back.
+
+mod auth;
+mod body;
+mod budget;
+mod completions;
+mod edge;
+mod error;
+mod jobs;
+mod meta;
+mod models;
+mod response;
+mod router;
+mod sse;
+mod state;
+
+pub use router::router;
+pub use state::{AppState, Config};

@@ -1,0 +1,105 @@
+//! The router of the whole API: its routes, the answers to routes and methods it does
+//! not have, CORS, request ids, and the playground's static files.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use acs_core::ids::request_id;
+use acs_core::{ApiError, ErrorCode};
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{Method, Uri};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+use tower_http::services::{ServeDir, ServeFile};
+
+use super::error::{Failure, log_internal};
+use super::response::set_header;
+use super::state::AppState;
+use super::{budget, completions, edge, jobs, meta, models};
+use crate::random::random;
+
+async fn unknown_route(method: Method, uri: Uri) -> Failure {
+    Failure(ApiError::new(
+        ErrorCode::UnknownRoute,
+        format!("No route {method} {}.", uri.path()),
+    ))
+}
+
+async fn method_not_allowed() -> Failure {
+    Failure(ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "This route does not take that method.",
+    ))
+}
+
+/// Gives every response an `x-request-id` (handlers of jobs set their own).
+async fn request_ids(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    if !resp.headers().contains_key("x-request-id") {
+        set_header(resp.headers_mut(), "x-request-id", &request_id(random()));
+    }
+    resp
+}
+
+/// The router of the whole API, plus the playground at `/` when `web` is given.
+pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
+    let api = Router::new()
+        .route("/v1/models", get(models::list).fallback(method_not_allowed))
+        .route("/v1/budget", get(budget::get).fallback(method_not_allowed))
+        .route(
+            "/v1/completions",
+            post(completions::create).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/completion-jobs",
+            post(jobs::submit)
+                .get(jobs::list)
+                .fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/completion-jobs/{id}",
+            get(jobs::get).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/completion-jobs/{id}/result",
+            get(jobs::result).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/completion-jobs/{id}/cancel",
+            post(jobs::cancel).fallback(method_not_allowed),
+        )
+        .route(
+            "/edge/v1/prepare",
+            post(edge::prepare).fallback(method_not_allowed),
+        )
+        .route("/edge/v1/run", post(edge::run).fallback(method_not_allowed))
+        .route("/health", get(meta::health))
+        .route("/openapi.json", get(meta::openapi));
+    let api = match &state.config.model_file {
+        Some(file) => api.route_service("/model.gguf", ServeFile::new(file)),
+        None => api,
+    };
+    let api = api.with_state(state);
+    let app = match web {
+        Some(dir) => api.fallback_service(
+            ServeDir::new(dir)
+                .call_fallback_on_method_not_allowed(true)
+                .fallback(any(unknown_route)),
+        ),
+        None => api.fallback(unknown_route),
+    };
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        // Browsers never let `*` cover Authorization: name what was asked for.
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers(Any)
+        .max_age(Duration::from_secs(3600));
+    // Request ids outside CORS, so that preflight answers carry one too.
+    app.layer(cors)
+        .layer(middleware::from_fn(request_ids))
+        .layer(middleware::from_fn(log_internal))
+}

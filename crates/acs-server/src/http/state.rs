@@ -1,0 +1,27 @@
+//! What every handler shares: the [`Service`], and how the HTTP face was configured.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::service::Service;
+
+/// How the HTTP face was configured.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// The secret of a trusted edge, which may call the `/edge` routes.
+    pub edge_secret: Option<String>,
+    /// The served GGUF file, offered at `/model.gguf` so that the playground can run
+    /// the same model in the visitor's browser.
+    pub model_file: Option<PathBuf>,
+}
+
+/// The state of the router.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The store, the engine and the served model.
+    pub service: Service,
+    /// Configuration of the HTTP face.
+    pub config: Arc<Config>,
+}

@@ -1,0 +1,196 @@
+//! A completion request's way through the server, whoever asks for it (a client, the
+//! edge or the job dispatcher):
+//!
+//! 1. [`prepare`]: validate the parsed request against the served model and tokenize it;
+//! 2. admit: take the Hold of its [`hold`] tokens on the payer's Budget;
+//! 3. run: hand it to the engine ([`start`]) and drive it to its end;
+//! 4. settle: charge the tokens used and release the rest of the Hold.
+//!
+//! [`admit_and_run`] does 2-4 for a request answered at once. A job's Hold belongs to
+//! its record, so the dispatcher admits and settles through `acs_core::jobs` (`start`,
+//! `finish`), in the transactions that move the job; it prepares and runs here.
+
+use acs_core::ids::{completion_id, request_id};
+use acs_core::request::hold_tokens;
+use acs_core::{ApiError, Completion, CompletionRequest, Outcome, ledger};
+use acs_engine::{Event, Finished, Generation, Ticket, prepare as prepare_generation};
+use tokio::sync::mpsc;
+
+use crate::clock::unix_now;
+use crate::db::Db;
+use crate::random::random;
+use crate::service::Service;
+
+/// Validates and prepares a request for the engine (tokenizing, and running the model
+/// for contrast steering vectors, off the async threads).
+pub async fn prepare(service: &Service, req: CompletionRequest) -> Result<Generation, ApiError> {
+    let info = service.check_model(&req.model)?;
+    let model = std::sync::Arc::clone(service.engine.model());
+    let controls = std::sync::Arc::clone(&service.controls);
+    let seed = u64::from_le_bytes(random());
+    tokio::task::spawn_blocking(move || prepare_generation(&req, &model, &info, &controls, seed))
+        .await
+        .map_err(|e| ApiError::internal(format!("prepare task: {e}")))?
+}
+
+/// The tokens a prepared request holds while it runs: its prompts and every token it
+/// may generate.
+pub fn hold(generation: &Generation) -> u64 {
+    hold_tokens(
+        &generation.prompt_lens(),
+        generation.n as u32,
+        generation.max_tokens as u32,
+    )
+}
+
+/// Hands a prepared request to the engine; its events arrive on the receiver, and the
+/// ticket cancels it.
+pub fn start(
+    service: &Service,
+    generation: Generation,
+) -> Result<(Ticket, mpsc::UnboundedReceiver<Event>), ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let ticket = service
+        .engine
+        .submit(generation, Box::new(move |e| tx.send(e).is_ok()))?;
+    Ok((ticket, rx))
+}
+
+/// The Completion of a finished run, with a new id, created now.
+pub fn completion(f: Finished, model: &str) -> Completion {
+    f.into_completion(model, completion_id(random()), unix_now())
+}
+
+/// The Outcome of a finished run and the tokens it used, as a job records them.
+pub fn outcome(f: Finished, model: &str) -> (Outcome, u64) {
+    f.into_outcome(model, completion_id(random()), unix_now())
+}
+
+/// Whose Budget a run draws on.
+#[derive(Debug, Clone, Copy)]
+pub enum Payer<'a> {
+    /// This key's: the run takes a Hold and settles it.
+    Key(&'a str),
+    /// A trusted edge's, which keeps the ledger itself: no Hold here.
+    Edge,
+}
+
+/// What the settling task passes on to whoever answers the request.
+#[derive(Debug)]
+pub enum Out {
+    /// Tokens of one engine step.
+    Delta(Vec<acs_core::Choice>),
+    /// The end, settled.
+    Done(Finished),
+    /// The failure, settled.
+    Failed(ApiError),
+}
+
+/// A completion that holds its tokens and runs.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The request id, also the Hold's id.
+    pub request_id: String,
+    /// Tokens of each prompt, for running usage.
+    pub prompt_lens: Vec<usize>,
+    /// Events of the engine, after settlement.
+    pub rx: mpsc::UnboundedReceiver<Out>,
+}
+
+/// Takes the payer's Hold; says whether the run must settle one.
+fn admit(
+    service: &Service,
+    payer: Payer<'_>,
+    hold_id: &str,
+    tokens: u64,
+) -> Result<bool, ApiError> {
+    match payer {
+        Payer::Key(key_id) => {
+            let now = service.now();
+            service
+                .db
+                .tx(|s| ledger::admit(s, key_id, hold_id, tokens, now))?;
+            Ok(true)
+        }
+        Payer::Edge => Ok(false),
+    }
+}
+
+/// Charges `used` tokens of the Hold and releases the rest.
+fn settle(db: &Db, hold_id: &str, used: u64) -> Result<(), ApiError> {
+    db.tx(|s| ledger::settle(s, hold_id, used))?;
+    Ok(())
+}
+
+/// Takes the Hold and starts the engine; a task settles the Hold when the engine
+/// reports the end, and cancels the engine's work if the receiver goes away.
+pub fn admit_and_run(
+    service: &Service,
+    payer: Payer<'_>,
+    generation: Generation,
+) -> Result<Admitted, ApiError> {
+    let rid = request_id(random());
+    let prompt_lens = generation.prompt_lens();
+    let settles = admit(service, payer, &rid, hold(&generation))?;
+    let (ticket, mut erx) = match start(service, generation) {
+        Ok(started) => started,
+        Err(e) => {
+            if settles {
+                settle(&service.db, &rid, 0)?;
+            }
+            return Err(e);
+        }
+    };
+    let (otx, orx) = mpsc::unbounded_channel();
+    let db = service.db.clone();
+    let hold_id = rid.clone();
+    let wake = service.wake.clone();
+    tokio::spawn(async move {
+        let ticket = ticket;
+        let mut gone = false;
+        loop {
+            let e = tokio::select! {
+                e = erx.recv() => match e {
+                    Some(e) => e,
+                    None => break,
+                },
+                // The reader went away (the client left and its handler was
+                // dropped): stop at the next step, even in a long prefill that
+                // sends nothing yet; keep draining to settle.
+                () = otx.closed(), if !gone => {
+                    gone = true;
+                    ticket.cancel();
+                    continue;
+                }
+            };
+            let out = match e {
+                Event::Delta(d) => Out::Delta(d),
+                Event::Done(f) => {
+                    let used = f.usage.total_tokens;
+                    if settles && let Err(err) = settle(&db, &hold_id, used) {
+                        tracing::error!(%hold_id, %err, "settling a hold failed");
+                    }
+                    wake.notify_one();
+                    Out::Done(f)
+                }
+                Event::Failed(err) => {
+                    if settles {
+                        let _ = settle(&db, &hold_id, 0);
+                    }
+                    wake.notify_one();
+                    Out::Failed(err)
+                }
+            };
+            if otx.send(out).is_err() {
+                // The client is gone: stop generating; keep draining to settle.
+                ticket.cancel();
+            }
+        }
+        ticket.detach();
+    });
+    Ok(Admitted {
+        request_id: rid,
+        prompt_lens,
+        rx: orx,
+    })
+}

@@ -1,6 +1,8 @@
 //! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
 
+pub mod arch;
 pub mod cpu;
+mod error;
 mod exp;
 pub mod gguf;
 mod lanes;

@@ -25,10 +25,9 @@ use wgpu::util::DeviceExt;
 pub use wgpu;
 
 use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
-use crate::model::{
-    BlockTensors, EMBED, KV_VALUE_BYTES, LlamaConfig, Logits, ModelError, OUTPUT, OUTPUT_NORM,
-    SeqInput, SeqOutput, check_dims,
-};
+use crate::arch::KV_VALUE_BYTES;
+use crate::arch::llama::{BlockTensors, EMBED, LlamaConfig, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::model::{Logits, ModelError, SeqInput, SeqOutput, check_dims};
 use crate::quant::{self, GgmlType};
 
 /// The weight formats with a WGSL kernel here (`dequant.wgsl`).
@@ -822,7 +821,7 @@ impl GpuLoader {
         let formats = [self.formats.as_slice(), rope_formats.as_slice()];
         let pipes = Pipelines::new(&self.device, formats, embed.ty, self.layout);
         self.scopes.pop().await?;
-        let rope_inv_freq = crate::model::rope_inv_freq(&c);
+        let rope_inv_freq = rope_inv_freq(&c);
         Ok(GpuModel {
             config: self.config,
             info: self.info,

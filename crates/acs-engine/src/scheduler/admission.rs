@@ -21,10 +21,10 @@ pub struct SchedulerConfig {
     /// Prompts kept after their requests end, so that a later request with the same
     /// tokens branches from one instead of prefilling it again, and one that begins
     /// with at least [`PREFIX_MIN_TOKENS`] of a kept prompt's tokens starts from a
-    /// copy of them and prefills only the rest (0: none). Kept
-    /// prompts use KV memory that no request holds, and give it up, the least
-    /// recently used first, whenever a request needs the room. Only for requests that
-    /// neither steer, read out activations, nor score their prompt.
+    /// copy of them and prefills only the rest (0: none). Kept prompts use KV memory
+    /// that no request holds, and give it up, the least recently used first, whenever
+    /// a request needs the room. Only for requests that neither steer, read out
+    /// activations, nor score their prompt.
     ///
     /// [`PREFIX_MIN_TOKENS`]: super::PREFIX_MIN_TOKENS
     pub prompt_cache: usize,

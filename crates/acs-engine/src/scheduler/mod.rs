@@ -10,8 +10,8 @@
 //!
 //! Prompts share work where their tokens agree: a prompt that begins like one being
 //! prefilled, in the same request or another, waits for it to reach the end of what
-//! they share and branches from its cache there (a [`Ride`]); one that begins like a
-//! prompt of an earlier request starts from the prompt cache (see
+//! they share and branches from its cache there (it rides on it); one that begins
+//! like a prompt of an earlier request starts from the prompt cache (see
 //! [`SchedulerConfig::prompt_cache`]). A branch shares the positions on the CPU and
 //! copies them on the GPU (see [`Backend::forks_share_prompt`]).
 //!

@@ -1,8 +1,9 @@
 //! Where the forward pass runs. The scheduler needs four things of a backend: empty
 //! KV caches and copies of one (a prompt's n choices branch from its prefill), each
 //! allocated for the positions the scheduler reserved for its sequence, the memory a
-//! cache takes, and a batched step. The CPU [`Model`] is one; with the `webgpu` feature, the same
-//! weights on a WebGPU device ([`acs_llama::webgpu::GpuModel`]) are another.
+//! cache takes, and a batched step. The CPU [`Model`] is one; with the `webgpu`
+//! feature, the same weights on a WebGPU device ([`acs_llama::webgpu::GpuModel`]) are
+//! another.
 //!
 //! The CPU model stays the engine's source of the tokenizer and the model's shape
 //! whichever backend steps the batch.

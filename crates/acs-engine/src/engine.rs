@@ -84,8 +84,8 @@ impl Engine {
     ///
     /// Returns at once: whether the request can ever fit is decided here, from the
     /// config alone, so a caller never waits for the engine thread to finish its
-    /// step. (Waiting for the thread's answer let a client that submits several
-    /// requests in turn add one per step: eight took seven steps to join.)
+    /// step, and a client that submits several requests in turn has them join the
+    /// batch together instead of one per step.
     pub fn submit(&self, generation: Generation, sink: Sink) -> Result<Ticket, ApiError> {
         self.config
             .admits(&self.model, &generation, self.shared_prompts)?;

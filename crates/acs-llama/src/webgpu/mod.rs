@@ -24,9 +24,9 @@ use wgpu::util::DeviceExt;
 /// The wgpu this backend is built on, for callers that hold its adapters.
 pub use wgpu;
 
-use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
 use crate::arch::KV_VALUE_BYTES;
 use crate::arch::llama::{BlockTensors, EMBED, LlamaConfig, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
 use crate::model::{Logits, ModelError, SeqInput, SeqOutput, check_dims};
 use crate::quant::{self, GgmlType};
 

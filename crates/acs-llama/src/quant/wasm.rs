@@ -178,9 +178,9 @@ fn q4_dot<B: Q4Block>(row: &[B], x: &[BlockQ8], t: &[f32]) -> (v128, f32) {
 fn k4_dot<B: KBlock>(row: &[B], x: &[BlockQ8], t: &[f32]) -> (v128, f32) {
     let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
     for (b, xs) in row.iter().zip(x.chunks_exact(8)) {
-        let (d, dmin, scales, qh, qs) = b.parts();
-        let (d, dmin) = (le_f16(t, d), le_f16(t, dmin));
-        let (sc, mn) = unpack_scales_k4(scales);
+        let (scales, qh, qs) = b.parts();
+        let (d, dmin) = (le_f16(t, scales.d), le_f16(t, scales.dmin));
+        let (sc, mn) = unpack_scales_k4(&scales.packed);
         let qh = qh.map(|h| &h[..]);
         for (s, xb) in xs.iter().enumerate() {
             let w = k4_values(qs, qh, s);
@@ -306,9 +306,9 @@ fn k4_tile<B: KBlock, const V: usize>(
     extra: &mut [f32; V],
 ) {
     for (i, b) in row.iter().enumerate() {
-        let (d, dmin, scales, qh, qs) = b.parts();
-        let (d, dmin) = (le_f16(x.t, d), le_f16(x.t, dmin));
-        let (sc, mn) = unpack_scales_k4(scales);
+        let (scales, qh, qs) = b.parts();
+        let (d, dmin) = (le_f16(x.t, scales.d), le_f16(x.t, scales.dmin));
+        let (sc, mn) = unpack_scales_k4(&scales.packed);
         let qh = qh.map(|h| &h[..]);
         for s in 0..8 {
             let [w0, w1] = k4_values(qs, qh, s);

@@ -22,16 +22,24 @@ pub(crate) struct Q4K;
 #[derive(Debug)]
 pub(crate) struct Q5K;
 
-/// One Q4_K super-block: 256 values.
+/// The scales every Q4_K and Q5_K super-block starts with.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub(crate) struct BlockQ4K {
+pub(crate) struct KScales {
     /// The scales' scale.
     pub(crate) d: Half,
     /// The mins' scale.
     pub(crate) dmin: Half,
     /// Eight 6-bit scales and eight 6-bit mins, packed (see [`unpack_scales_k4`]).
-    pub(crate) scales: [u8; 12],
+    pub(crate) packed: [u8; 12],
+}
+
+/// One Q4_K super-block: 256 values.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ4K {
+    /// The scales.
+    pub(crate) scales: KScales,
     /// The nibbles.
     pub(crate) qs: [u8; QK_K / 2],
 }
@@ -40,59 +48,35 @@ pub(crate) struct BlockQ4K {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub(crate) struct BlockQ5K {
-    /// The scales' scale.
-    pub(crate) d: Half,
-    /// The mins' scale.
-    pub(crate) dmin: Half,
-    /// Eight 6-bit scales and eight 6-bit mins, packed (see [`unpack_scales_k4`]).
-    pub(crate) scales: [u8; 12],
+    /// The scales.
+    pub(crate) scales: KScales,
     /// The values' fifth bits.
     pub(crate) qh: [u8; QK_K / 8],
     /// The low four bits.
     pub(crate) qs: [u8; QK_K / 2],
 }
 
-/// The parts of a Q4_K or Q5_K super-block that code shared by both reads: `d`,
-/// `dmin`, the packed scales, Q5_K's fifth bits and the nibbles.
+/// A Q4_K or Q5_K super-block as code shared by both reads it: the scales, Q5_K's
+/// fifth bits and the nibbles.
+pub(crate) type KParts<'a> = (&'a KScales, Option<&'a [u8; QK_K / 8]>, &'a [u8; QK_K / 2]);
+
+/// The Q4_K and Q5_K super-blocks, seen alike.
 pub(crate) trait KBlock {
-    fn parts(
-        &self,
-    ) -> (
-        Half,
-        Half,
-        &[u8; 12],
-        Option<&[u8; QK_K / 8]>,
-        &[u8; QK_K / 2],
-    );
+    /// The block's parts.
+    fn parts(&self) -> KParts<'_>;
 }
 
 impl KBlock for BlockQ4K {
     #[inline(always)]
-    fn parts(
-        &self,
-    ) -> (
-        Half,
-        Half,
-        &[u8; 12],
-        Option<&[u8; QK_K / 8]>,
-        &[u8; QK_K / 2],
-    ) {
-        (self.d, self.dmin, &self.scales, None, &self.qs)
+    fn parts(&self) -> KParts<'_> {
+        (&self.scales, None, &self.qs)
     }
 }
 
 impl KBlock for BlockQ5K {
     #[inline(always)]
-    fn parts(
-        &self,
-    ) -> (
-        Half,
-        Half,
-        &[u8; 12],
-        Option<&[u8; QK_K / 8]>,
-        &[u8; QK_K / 2],
-    ) {
-        (self.d, self.dmin, &self.scales, Some(&self.qh), &self.qs)
+    fn parts(&self) -> KParts<'_> {
+        (&self.scales, Some(&self.qh), &self.qs)
     }
 }
 
@@ -105,9 +89,9 @@ impl Format for Q4K {
     }
 
     fn quantize(v: &[f32], b: &mut BlockQ4K) {
-        let (sc, mn) = quantize_scales(15.0, v, &mut b.d, &mut b.dmin, &mut b.scales);
+        let (sc, mn) = quantize_scales(15.0, v, &mut b.scales);
         b.qs = [0; QK_K / 2];
-        quantize_values(15.0, v, (b.d, b.dmin), (&sc, &mn), &mut b.qs, None);
+        quantize_values(15.0, v, &b.scales, (&sc, &mn), &mut b.qs, None);
     }
 
     fn dot_q8(row: &[BlockQ4K], x: &[BlockQ8]) -> f32 {
@@ -124,10 +108,10 @@ impl Format for Q5K {
     }
 
     fn quantize(v: &[f32], b: &mut BlockQ5K) {
-        let (sc, mn) = quantize_scales(31.0, v, &mut b.d, &mut b.dmin, &mut b.scales);
+        let (sc, mn) = quantize_scales(31.0, v, &mut b.scales);
         (b.qs, b.qh) = ([0; QK_K / 2], [0; QK_K / 8]);
         let qh = Some(&mut b.qh);
-        quantize_values(31.0, v, (b.d, b.dmin), (&sc, &mn), &mut b.qs, qh);
+        quantize_values(31.0, v, &b.scales, (&sc, &mn), &mut b.qs, qh);
     }
 
     fn dot_q8(row: &[BlockQ5K], x: &[BlockQ8]) -> f32 {
@@ -172,9 +156,9 @@ fn sub_block(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>, s: usize) -> [u8;
 }
 
 fn dequantize(b: &impl KBlock, y: &mut [f32]) {
-    let (d, dmin, scales, qh, qs) = b.parts();
-    let (d, dmin) = (d.get(), dmin.get());
-    let (sc, mn) = unpack_scales_k4(scales);
+    let (scales, qh, qs) = b.parts();
+    let (d, dmin) = (scales.d.get(), scales.dmin.get());
+    let (sc, mn) = unpack_scales_k4(&scales.packed);
     for j in 0..4 {
         let q = &qs[32 * j..32 * j + 32];
         let (d1, m1) = (d * f32::from(sc[2 * j]), dmin * f32::from(mn[2 * j]));
@@ -199,9 +183,9 @@ fn dot_q8<B: KBlock>(row: &[B], x: &[BlockQ8]) -> f32 {
     row.iter()
         .zip(x.chunks_exact(8))
         .map(|(b, xs)| {
-            let (d, dmin, scales, qh, qs) = b.parts();
-            let (d, dmin) = (d.get(), dmin.get());
-            let (sc, mn) = unpack_scales_k4(scales);
+            let (scales, qh, qs) = b.parts();
+            let (d, dmin) = (scales.d.get(), scales.dmin.get());
+            let (sc, mn) = unpack_scales_k4(&scales.packed);
             let mut acc = 0f32;
             for (s, xb) in xs.iter().enumerate() {
                 let w = sub_block(qs, qh, s);
@@ -215,13 +199,7 @@ fn dot_q8<B: KBlock>(row: &[B], x: &[BlockQ8]) -> f32 {
 
 /// Per sub-block of 32 an affine map `x ≈ d·sc·q − dmin·m` with 6-bit `sc` and `m`:
 /// writes `d`, `dmin` and the packed scales, and returns the unpacked ones.
-fn quantize_scales(
-    levels: f32,
-    v: &[f32],
-    d_out: &mut Half,
-    dmin_out: &mut Half,
-    packed: &mut [u8; 12],
-) -> ([u8; 8], [u8; 8]) {
+fn quantize_scales(levels: f32, v: &[f32], out: &mut KScales) -> ([u8; 8], [u8; 8]) {
     let mut scale = [0f32; 8];
     let mut minv = [0f32; 8];
     for (s, c) in v.chunks_exact(32).enumerate() {
@@ -230,15 +208,17 @@ fn quantize_scales(
         scale[s] = (hi - lo) / levels;
         minv[s] = -lo;
     }
-    d_out.set(scale.iter().fold(0f32, |m, &s| m.max(s)) / 63.0);
-    dmin_out.set(minv.iter().fold(0f32, |m, &s| m.max(s)) / 63.0);
-    let (dh, dminh) = (d_out.get(), dmin_out.get());
+    out.d.set(scale.iter().fold(0f32, |m, &s| m.max(s)) / 63.0);
+    out.dmin
+        .set(minv.iter().fold(0f32, |m, &s| m.max(s)) / 63.0);
+    let (dh, dminh) = (out.d.get(), out.dmin.get());
     let mut sc = [0u8; 8];
     let mut mn = [0u8; 8];
     for s in 0..8 {
         sc[s] = (scale[s] * super::inverse(dh)).round().clamp(0.0, 63.0) as u8;
         mn[s] = (minv[s] * super::inverse(dminh)).round().clamp(0.0, 63.0) as u8;
     }
+    let packed = &mut out.packed;
     *packed = [0; 12];
     for j in 0..8 {
         if j < 4 {
@@ -258,12 +238,12 @@ fn quantize_scales(
 fn quantize_values(
     levels: f32,
     v: &[f32],
-    (d, dmin): (Half, Half),
+    scales: &KScales,
     (sc, mn): (&[u8; 8], &[u8; 8]),
     qs: &mut [u8; QK_K / 2],
     mut qh: Option<&mut [u8; QK_K / 8]>,
 ) {
-    let (dh, dminh) = (d.get(), dmin.get());
+    let (dh, dminh) = (scales.d.get(), scales.dmin.get());
     for (s, c) in v.chunks_exact(32).enumerate() {
         let step = dh * f32::from(sc[s]);
         let off = dminh * f32::from(mn[s]);

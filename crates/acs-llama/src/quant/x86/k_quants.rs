@@ -7,8 +7,8 @@ use super::*;
 use crate::cpu::x86::{Avx2Token, hsum_ps};
 use crate::quant::GgmlType;
 use crate::quant::activations::QuantizedActivations;
-use crate::quant::format::{Half, blocks};
-use crate::quant::formats::{BlockQ4K, BlockQ5K, BlockQ6K, unpack_scales_k4};
+use crate::quant::format::blocks;
+use crate::quant::formats::{BlockQ4K, BlockQ5K, BlockQ6K, KScales, unpack_scales_k4};
 use crate::quant::runner::{RowKernel, rows_by_four};
 
 macro_rules! safe_entry {
@@ -33,14 +33,14 @@ safe_entry!(dot_q6_k => q6_k);
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k4_super_block<const V: usize>(
-    (d, dmin, scales): (Half, Half, &[u8; 12]),
+    scales: &KScales,
     qs: &[u8],
     qh: Option<&[u8]>,
     xs: [&[BlockQ8]; V],
     acc: &mut [__m256; V],
 ) -> [f32; V] {
-    let (d, dmin) = (h2f(d), h2f(dmin));
-    let (sc, mn) = unpack_scales_k4(scales);
+    let (d, dmin) = (h2f(scales.d), h2f(scales.dmin));
+    let (sc, mn) = unpack_scales_k4(&scales.packed);
     let hbits = qh.map(load32);
     let mask = _mm256_set1_epi8(0xF);
     let mut mins = [0f32; V];
@@ -80,8 +80,7 @@ fn q4_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let mut acc = [_mm256_setzero_ps(); V];
     let mut mins = [0f32; V];
     for (i, b) in blocks::<BlockQ4K>(row).iter().enumerate() {
-        let scales = (b.d, b.dmin, &b.scales);
-        let m = k4_super_block(scales, &b.qs, None, super_blocks(x, i), &mut acc);
+        let m = k4_super_block(&b.scales, &b.qs, None, super_blocks(x, i), &mut acc);
         for (total, m) in mins.iter_mut().zip(m) {
             *total += m;
         }
@@ -95,9 +94,8 @@ fn q5_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let mut acc = [_mm256_setzero_ps(); V];
     let mut mins = [0f32; V];
     for (i, b) in blocks::<BlockQ5K>(row).iter().enumerate() {
-        let scales = (b.d, b.dmin, &b.scales);
         let qh = Some(&b.qh[..]);
-        let m = k4_super_block(scales, &b.qs, qh, super_blocks(x, i), &mut acc);
+        let m = k4_super_block(&b.scales, &b.qs, qh, super_blocks(x, i), &mut acc);
         for (total, m) in mins.iter_mut().zip(m) {
             *total += m;
         }

@@ -13,20 +13,20 @@ step() { printf '\n==> %s  [%s]\n' "$*" "$(date -u +%T)"; }
 step "cargo fmt --check"
 cargo fmt --all --check
 
-step "cargo clippy (warnings are errors)"
+# One pass per target: the workspace's features unify, so acs-server's default
+# `webgpu` feature turns on acs-llama's and acs-engine's, and this pass lints the
+# WebGPU backend and its tests too. A pass of one crate with other features would
+# rebuild the dependencies whose features differ.
+step "cargo clippy (warnings are errors; the WebGPU backend included)"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "clippy of the WebGPU backend (feature webgpu)"
-cargo clippy -p acs-llama --all-targets --features webgpu -- -D warnings
-
-step "wasm32 builds"
-cargo build -p acs-core -p acs-llama -p acs-engine --target wasm32-unknown-unknown
-
-step "clippy of acs-llama for wasm32 (its SIMD128 kernels, the browser's WebGPU)"
-cargo clippy -p acs-llama --all-targets --features webgpu --target wasm32-unknown-unknown -- -D warnings
-
-step "clippy of the browser package (acs-web, wasm32 only)"
-cargo clippy -p acs-web --all-targets --target wasm32-unknown-unknown -- -D warnings
+# The crates that run in browsers, in one pass: acs-web turns on the webgpu feature of
+# acs-llama and acs-engine, so this builds acs-core and acs-engine for wasm32 and
+# lints acs-llama's SIMD128 kernels, the browser's WebGPU and the browser package
+# together. (acs-core's and acs-engine's own tests are native only; the edge worker's
+# wasm32 build is worker/build.sh below.)
+step "wasm32 clippy: acs-llama and acs-web (acs-core, acs-engine built with them)"
+cargo clippy -p acs-llama -p acs-web --all-targets --target wasm32-unknown-unknown -- -D warnings
 
 # Runs one cargo-fuzz project for ACS_FUZZ_SECONDS; shows libFuzzer's log on a crash.
 fuzz() {

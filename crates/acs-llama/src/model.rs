@@ -395,10 +395,10 @@ impl Model {
 
     /// Rotates the new rows' queries and keys by their positions' `angles` and appends
     /// the keys and values to layer `layer` of their sequences' caches, one task per
-    /// sequence (`q`, `k`, `v` and `angles` hold the batch's rows in order): a step of
-    /// eight sequences spent about 0.45 ms of its 14 on this on one thread, with the
-    /// other cores waiting, most of it on the cache lines the appends write (48 heads'
-    /// ends a layer, last touched a step before).
+    /// sequence (`q`, `k`, `v` and `angles` hold the batch's rows in order): on one
+    /// thread a step of several sequences would wait here, with the other cores idle,
+    /// mostly on the cache lines the appends write (every head's end in a layer, last
+    /// touched a step before).
     fn rotate_and_append(
         &self,
         layer: usize,
@@ -755,9 +755,9 @@ pub struct SeqOutput {
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        // Eight running sums: one is a chain of `d` dependent adds (the compiler keeps
-        // their order), in which a decode step of eight sequences spent 0.33 ms of its
-        // 11 (both norms of every block), 0.17 ms with eight.
+        // Eight running sums: one would be a chain of `d` dependent adds (the compiler
+        // keeps their order), a visible share of a decode step's serial work once
+        // both norms of every block are counted.
         let ms = crate::lanes::sum_map(row, |v| v * v) / d as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {

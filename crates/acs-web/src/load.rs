@@ -68,9 +68,9 @@ impl Builder {
                 adapter: pick_adapter(true).await.map_err(LoadError::NoWebGpu)?,
                 required: true,
             }),
-            // A software adapter (SwiftShader, lavapipe) steps this engine ten times
-            // slower than its wasm CPU backend (README: 0.79 vs 7.76 tokens/s), so
-            // `auto` takes hardware GPUs only.
+            // A software adapter (SwiftShader, lavapipe) steps this engine far slower
+            // than its wasm CPU backend (`tests/browser/bench.mjs` compares them; see
+            // docs/performance.md), so `auto` takes hardware GPUs only.
             "auto" => pick_adapter(false).await.ok().map(|adapter| Gpu {
                 adapter,
                 required: false,

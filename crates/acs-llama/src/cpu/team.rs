@@ -5,9 +5,9 @@
 //! hundred microseconds long, with serial work between them. A work-stealing pool puts
 //! its idle threads to sleep within microseconds, so most loops would pay for a futex
 //! wake-up and a context switch, and the thread that asked for the loop would sleep
-//! too. Here the caller works on its own loops, and the helpers spin between
-//! loops for as long as a [`session`] lasts (a forward pass), then sleep until the
-//! next one.
+//! too: a batched step would spend a good share of its time in the OS scheduler. Here
+//! the caller works on its own loops, and the helpers spin between loops for as long as
+//! a [`session`] lasts (a forward pass), then sleep until the next one.
 //!
 //! Tasks are claimed from one atomic word holding the loop's number and the next task
 //! index, so a helper that arrives late at a loop it has missed can never run a task of

@@ -2,7 +2,7 @@
 //! (the one a request's prompt maps to, so that repeated prompts meet the upstream that
 //! keeps them, unless it is much busier than another; moving on past one that refuses
 //! the connection) and how to read what they stream back (`acs serve --edge-secret`,
-//! see `crates/acs-server/src/edge.rs`).
+//! see `crates/acs-server/src/http/edge.rs`).
 
 use std::cell::Cell;
 use std::rc::Rc;

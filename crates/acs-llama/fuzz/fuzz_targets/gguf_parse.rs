@@ -1,22 +1,22 @@
 //! Arbitrary bytes into the GGUF header parser, the tensor-info walk, the streaming
 //! tensor reader and the dequantizers: none may panic, hang or over-allocate.
 //!
-//! The reader's source files (and the small modules its kernels call) are
+//! The reader's source files (and the CPU modules its kernels call) are
 //! compiled in directly rather than through the `acs-llama` crate, so a sanitizer
 //! build does not have to build the tokenizer's dependency tree too.
 #![no_main]
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
+#[path = "../../src/cpu/mod.rs"]
+mod cpu;
 #[path = "../../src/exp.rs"]
 mod exp;
-#[path = "../../src/gguf.rs"]
+#[path = "../../src/gguf/mod.rs"]
 mod gguf;
 #[path = "../../src/lanes.rs"]
 mod lanes;
-#[path = "../../src/quant.rs"]
+#[path = "../../src/quant/mod.rs"]
 mod quant;
-#[path = "../../src/team.rs"]
-mod team;
 
 use gguf::{GgufError, GgufFile, GgufHeader, HeaderParse, TensorInfo, TensorStream};
 use libfuzzer_sys::fuzz_target;

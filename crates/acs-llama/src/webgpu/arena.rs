@@ -94,9 +94,6 @@ pub(crate) struct Groups {
     kept: Vec<GroupMap>,
 }
 
-// wgpu hashes and compares its resource handles by identity, which the handles'
-// interior state (what the lint sees on wasm32) never changes.
-#[allow(clippy::mutable_key_type)]
 impl Groups {
     /// Takes the last step's groups from the arena and from `sequences`, the groups
     /// the batch's caches kept (see [`super::GpuCache`]).

@@ -1,20 +1,16 @@
 // X[x_off + i] += Y[y_off + i % period] for i < n: the residual adds (period = n) and
 // the steering adds (one vector repeated over a sequence's rows, period = d_model).
-
-struct Params {
-    n: u32,
-    x_off: u32,
-    y_off: u32,
-    period: u32,
-}
+//
+// The host prepends the constants it shares with this kernel (`WG`, threads per
+// workgroup) and `struct Params`, the uniform `P`, generated from kernels/add.rs.
 
 @group(0) @binding(0) var<storage, read_write> X: array<f32>;
 @group(0) @binding(1) var<storage, read> Y: array<f32>;
 @group(0) @binding(2) var<uniform> P: Params;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 64u;
+    let i = gid.x + gid.y * nwg.x * WG;
     if i >= P.n {
         return;
     }

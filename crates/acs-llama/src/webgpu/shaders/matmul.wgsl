@@ -9,27 +9,16 @@
 // are always in one workgroup (ROWS is even, and so is every buffer's first row).
 //
 // A workgroup takes ROWS rows and up to TILE vectors (the host prepends ROWS and
-// LANES, ROWS * LANES = 64, chosen per adapter, and ROPE, whether this pipeline
-// applies RoPE). Each row gets LANES threads,
-// which read its blocks of 32 in turn (lane k takes blocks k, k + LANES, ...), so that
-// neighbouring threads read neighbouring bytes and a row of any length keeps them all
-// busy; each block is expanded once and dotted against every vector of the tile. The
+// LANES, ROWS * LANES = WG, chosen per adapter, and ROPE, whether this pipeline
+// applies RoPE). Each row gets LANES threads, which read its blocks of 32 in turn
+// (lane k takes blocks k, k + LANES, ...), so that neighbouring threads read
+// neighbouring bytes and a row of any length keeps them all busy; each block is expanded once and dotted against every vector of the tile. The
 // lanes' partial sums then meet in workgroup memory. Decode (one vector per sequence)
 // is bound by reading the weights, and this is the access pattern that reads them at
 // the device's bandwidth: coalesced, each byte once per tile.
-
-struct Params {
-    rows: u32,
-    row0: u32,
-    out_stride: u32,
-    cols: u32,
-    batch: u32,
-    row_bytes: u32,
-    accumulate: u32,
-    rope_end: u32,
-    head_dim: u32,
-    rope_dims: u32,
-}
+//
+// The host prepends the constants it shares with this kernel (`WG`, threads per
+// workgroup, `TILE`) and `struct Params`, the uniform `P`, generated from kernels/matmul.rs.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 // The vectors, four values a load (a row's length is whole blocks of 32).
@@ -37,8 +26,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<storage, read> CS: array<f32>;
 @group(0) @binding(4) var<uniform> P: Params;
-
-const TILE: u32 = 8u;
 
 // Writes one result, adding it to what is there when the pass accumulates.
 fn put(at: u32, v: f32) {
@@ -50,7 +37,7 @@ fn put(at: u32, v: f32) {
 }
 
 // [vector][thread] partial sums.
-var<workgroup> part: array<f32, 512>;
+var<workgroup> part: array<f32, TILE * WG>;
 
 // The result of output column `col` for vector `v`: `own`, or where RoPE applies, its
 // pair rotated, `other` being the pair's other value.
@@ -71,7 +58,7 @@ fn rotated(col: u32, v: u32, own: f32, other: f32) -> f32 {
     return other * s + own * c;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let lane = lid % LANES;
@@ -104,7 +91,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         // layout's) pay for any barrier in a kernel in all of its work.
         if ROPE {
             for (var b = 0u; b < nb; b++) {
-                part[b * 64u + lid] = acc[b];
+                part[b * WG + lid] = acc[b];
             }
             workgroupBarrier();
         }
@@ -112,7 +99,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             for (var b = 0u; b < nb; b++) {
                 var v = acc[b];
                 if ROPE {
-                    v = rotated(col, b0 + b, v, part[b * 64u + (lid ^ 1u)]);
+                    v = rotated(col, b0 + b, v, part[b * WG + (lid ^ 1u)]);
                 }
                 put((b0 + b) * P.out_stride + col, v);
             }
@@ -120,14 +107,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         return;
     }
     for (var b = 0u; b < nb; b++) {
-        part[b * 64u + lid] = acc[b];
+        part[b * WG + lid] = acc[b];
     }
     workgroupBarrier();
     // Tree sum over each row's lanes: LANES/2, LANES/4, ... 1.
     for (var w = LANES / 2u; w > 0u; w = w / 2u) {
         if lane < w {
             for (var b = 0u; b < nb; b++) {
-                part[b * 64u + lid] += part[b * 64u + lid + w];
+                part[b * WG + lid] += part[b * WG + lid + w];
             }
         }
         workgroupBarrier();
@@ -135,9 +122,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     if lane == 0u && r < P.rows {
         for (var b = 0u; b < nb; b++) {
             // The pair's other row sums in the neighbouring group of lanes.
-            var v = part[b * 64u + lid];
+            var v = part[b * WG + lid];
             if ROPE {
-                v = rotated(col, b0 + b, v, part[b * 64u + (lid ^ LANES)]);
+                v = rotated(col, b0 + b, v, part[b * WG + (lid ^ LANES)]);
             }
             put((b0 + b) * P.out_stride + col, v);
         }

@@ -1,20 +1,15 @@
 // X[t] = row TOK[t] of the embedding, for the tokens whose rows lie in this weight
 // buffer (rows row0 .. row0 + rows). One thread per token and 32 values.
-
-struct Params {
-    row0: u32,
-    rows: u32,
-    n_tokens: u32,
-    cols: u32,
-    row_bytes: u32,
-}
+//
+// The host prepends the constants it shares with this kernel (`WG`, threads per
+// workgroup) and `struct Params`, the uniform `P`, generated from kernels/embed.rs.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> TOK: array<u32>;
 @group(0) @binding(2) var<storage, read_write> X: array<f32>;
 @group(0) @binding(3) var<uniform> P: Params;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c = gid.x;
     let t = gid.y;

@@ -4,13 +4,9 @@
 // projections side by side, as one matmul writes them), so that the down
 // projection's input costs one dispatch; with `round` unset they are stored as they
 // are, for a down projection that reads floats.
-
-struct Params {
-    n_blocks: u32,
-    swiglu: u32,
-    width: u32,
-    round: u32,
-}
+//
+// The host prepends the constants it shares with this kernel (`WG`, threads per
+// workgroup) and `struct Params`, the uniform `P`, generated from kernels/quantize.rs.
 
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> Y: array<f32>;
@@ -25,9 +21,9 @@ fn value(i: u32) -> f32 {
     return X[i];
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let b = gid.x + gid.y * nwg.x * 64u;
+    let b = gid.x + gid.y * nwg.x * WG;
     if b >= P.n_blocks {
         return;
     }

@@ -9,20 +9,9 @@
 // barrier) of its own. With `round` set, the output is rounded to 8-bit blocks of 32
 // (round8.wgsl, prepended; the host sets it where heads are whole blocks, at most
 // MAX_HEAD wide), the input the output projection reads, without a dispatch of its own.
-
-struct Params {
-    row0: u32,
-    pos0: u32,
-    n_heads: u32,
-    group: u32,
-    head_dim: u32,
-    d: u32,
-    kv: u32,
-    stride: u32,
-    s_stride: u32,
-    scale: f32,
-    round: u32,
-}
+//
+// The host prepends the constants it shares with this kernel (`WG`, threads per
+// workgroup, `MAX_HEAD`) and `struct Params`, the uniform `P`, generated from kernels/attention.rs.
 
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read_write> CK: array<u32>;
@@ -31,9 +20,8 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<uniform> P: Params;
 
-var<workgroup> red: array<f32, 64>;
+var<workgroup> red: array<f32, WG>;
 
-const MAX_HEAD: u32 = 256u;
 // The head's output, for rounding by blocks.
 var<workgroup> head: array<f32, MAX_HEAD>;
 
@@ -60,7 +48,7 @@ fn value_pair(t: u32, ko: u32, e: u32) -> vec2<f32> {
 fn reduce(lid: u32, v: f32, op: u32) -> f32 {
     red[lid] = v;
     workgroupBarrier();
-    for (var w = 32u; w > 0u; w = w / 2u) {
+    for (var w = WG / 2u; w > 0u; w = w / 2u) {
         if lid < w {
             if op == 0u {
                 red[lid] = max(red[lid], red[lid + w]);
@@ -75,7 +63,7 @@ fn reduce(lid: u32, v: f32, op: u32) -> f32 {
     return r;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let i = wg.x;
@@ -90,7 +78,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         // Heads start at even values (head_dim is even), so pairs never straddle words.
         let src = (P.row0 + i) * P.stride + P.d + ko;
         let dst = ((P.pos0 + i) * P.kv + ko) / 2u;
-        for (var w = lid; w < P.head_dim / 2u; w += 64u) {
+        for (var w = lid; w < P.head_dim / 2u; w += WG) {
             let k = src + 2u * w;
             CK[dst + w] = half_pair(QKV[k], QKV[k + 1u]);
             CV[dst + w] = half_pair(QKV[k + P.kv], QKV[k + P.kv + 1u]);
@@ -100,7 +88,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     // -FLT_MAX by its bits: Chrome (Tint) rejects the rounded decimal -3.4028235e38
     // as out of range, where naga accepts it.
     var m = bitcast<f32>(0xff7fffffu);
-    for (var t = lid; t < n; t += 64u) {
+    for (var t = lid; t < n; t += WG) {
         var s = 0.0;
         for (var e = 0u; e < P.head_dim; e += 2u) {
             let k = key_pair(t, ko, e);
@@ -113,14 +101,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     let mx = reduce(lid, m, 0u);
     var sum = 0.0;
-    for (var t = lid; t < n; t += 64u) {
+    for (var t = lid; t < n; t += WG) {
         let p = exp(S[so + t] - mx);
         S[so + t] = p;
         sum += p;
     }
     let total = reduce(lid, sum, 1u);
     storageBarrier();
-    for (var e = lid; e < P.head_dim; e += 64u) {
+    for (var e = lid; e < P.head_dim; e += WG) {
         var acc = 0.0;
         for (var t = 0u; t < n; t++) {
             let v = value_pair(t, ko, e & ~1u);

@@ -10,5 +10,7 @@ pub(crate) mod team;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use ops::f16_table;
 pub use ops::{F32Ops, to_half};
 pub use peak::{Int8Peak, int8_peak};

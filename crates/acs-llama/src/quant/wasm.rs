@@ -6,9 +6,6 @@
 //! detection, and every browser ACS targets runs SIMD128.
 
 use std::arch::wasm32::*;
-use std::sync::OnceLock;
-
-use half::f16;
 
 use super::activations::{BlockQ8, QuantizedActivations};
 use super::format::{Half, blocks};
@@ -18,13 +15,7 @@ use super::formats::{
 };
 use super::runner::{RowKernel, rows_by_four};
 use super::{GgmlType, QK};
-
-/// Every f16 as f32: wasm has no f16 conversion instruction, and the software
-/// one costs more per block than the block's 32 multiplies.
-pub(crate) fn f16_table() -> &'static [f32] {
-    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
-    TABLE.get_or_init(|| (0..=u16::MAX).map(|h| f16::from_bits(h).to_f32()).collect())
-}
+use crate::cpu::f16_table;
 
 /// A half float, by table.
 #[inline(always)]

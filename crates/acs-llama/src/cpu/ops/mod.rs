@@ -179,11 +179,19 @@ pub fn to_half(x: f32) -> f16 {
     f16::from_f32(x.clamp(-HALF_MAX, HALF_MAX))
 }
 
+/// Every f16 as f32: wasm has no f16 conversion instruction, and the software one
+/// costs more per block of a weight format than the block's 32 multiplies.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) fn f16_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|h| f16::from_bits(h).to_f32()).collect())
+}
+
 /// `h` as f32 (exact): by table in wasm, which has no conversion instruction.
 #[inline(always)]
 pub(crate) fn half_to_f32(h: f16) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return crate::quant::wasm::f16_table()[usize::from(h.to_bits())];
+    return f16_table()[usize::from(h.to_bits())];
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     h.to_f32()
 }

@@ -13,6 +13,7 @@ use std::arch::x86_64::*;
 use super::QK;
 use super::activations::BlockQ8;
 use super::format::Half;
+use super::formats::BlockQ4_1;
 use crate::cpu::x86::{load16, load32};
 
 pub(crate) mod k_quants;
@@ -67,12 +68,12 @@ pub(super) fn h2f(h: Half) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
-/// Two half floats (Q4_1's scale and min), converted together and each broadcast
-/// to all lanes.
+/// A Q4_1 block's scale and min (side by side in the block), converted together and
+/// each broadcast to all lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn h2f_pair(a: Half, b: Half) -> (__m256, __m256) {
-    let bits = i32::from_le_bytes([a.0[0], a.0[1], b.0[0], b.0[1]]);
+pub(super) fn h2f_pair(b: &BlockQ4_1) -> (__m256, __m256) {
+    let bits = i32::from_le_bytes([b.d.0[0], b.d.0[1], b.m.0[0], b.m.0[1]]);
     let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
     (
         _mm256_broadcastss_ps(both),

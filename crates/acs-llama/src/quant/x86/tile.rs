@@ -77,7 +77,7 @@ macro_rules! tile_kernels {
                     let s8 = load8f(&x.sums[i * GROUP..]);
                     for r in 0..R {
                         let b = &rows[r][i];
-                        let (d, m) = h2f_pair(b.d, b.m);
+                        let (d, m) = h2f_pair(b);
                         let w = unpack_nibbles(load16(&b.qs));
                         off[r] = _mm256_fmadd_ps(m, s8, off[r]);
                         for v in 0..V {

@@ -1,4 +1,14 @@
 //! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
+//!
+//! - [`gguf`]: the file format, parsed from untrusted bytes, mapped or streamed;
+//! - [`tokenizer`]: the model's own tokenizer, from GGUF metadata;
+//! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes);
+//! - [`model`]: the batched CPU forward pass and its KV cache;
+//! - [`quant`]: the weight formats, one file per family, and the matmuls over them;
+//! - [`cpu`]: instruction-set detection, the thread team, attention's f32 kernels;
+//! - `webgpu` (feature `webgpu`): the forward pass in WGSL compute shaders;
+//! - [`sample`]: sampling; [`testgen`]: random-weight GGUFs for tests;
+//!   [`model_cache`]: where the default model is kept.
 
 pub mod arch;
 pub mod cpu;

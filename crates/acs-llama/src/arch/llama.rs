@@ -95,7 +95,7 @@ impl LlamaConfig {
     }
 
     /// Bytes of KV cache one position takes in every layer: keys and values, as half
-    /// floats on either backend ([`KV_VALUE_BYTES`](super::KV_VALUE_BYTES) each).
+    /// floats on either backend ([`KV_VALUE_BYTES`] each).
     pub fn kv_bytes_per_token(&self) -> usize {
         2 * self.n_layers * self.kv_dim() * KV_VALUE_BYTES
     }

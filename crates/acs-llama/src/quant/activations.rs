@@ -29,7 +29,8 @@ pub(crate) struct BlockQ8 {
 pub(crate) const GROUP: usize = 8;
 
 /// Activation vectors rounded once to 8-bit blocks of 32, to be dotted against many
-/// quantized weight rows ([`dot_row_q8`], [`matmul_q8`], [`matmul_many`]).
+/// quantized weight rows ([`dot_row_q8`](super::dot_row_q8), [`matmul_q8`](super::matmul_q8),
+/// [`matmul_many`](super::matmul_many)).
 #[derive(Debug, Clone, Default)]
 pub struct QuantizedActivations {
     /// Values per vector (before padding to whole blocks).

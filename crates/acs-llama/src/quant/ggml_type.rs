@@ -127,12 +127,13 @@ impl GgmlType {
         self.entry().3
     }
 
-    /// Whether [`dequantize_row`], [`dot_row`] and [`matmul`] handle this type.
+    /// Whether [`dequantize_row`](super::dequantize_row), [`dot_row`](super::dot_row)
+    /// and [`matmul`](super::matmul) handle this type.
     pub fn is_supported(self) -> bool {
         format::kernels(self).is_some()
     }
 
-    /// Whether [`matmul`] rounds activations to 8 bits for this type (all block
+    /// Whether [`matmul`](super::matmul) rounds activations to 8 bits for this type (all block
     /// formats); float weights are dotted against the exact f32 activations.
     pub fn uses_q8_activations(self) -> bool {
         self.block_size() > 1

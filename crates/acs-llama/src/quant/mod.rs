@@ -11,7 +11,7 @@
 //!
 //! Where things are:
 //! - `ggml_type.rs`: [`GgmlType`], every type ggml numbers, with its block geometry.
-//! - `format.rs`: the [`Format`](format::Format) trait every format with kernels
+//! - `format.rs`: the `Format` trait every format with kernels
 //!   implements, and the table of those formats; `formats/`: one file per family, with
 //!   its `#[repr(C)]` block struct. A new format is a file there and a table row.
 //! - `activations.rs`: the 8-bit activation blocks.

@@ -14,7 +14,7 @@ pub(crate) const PANEL: usize = 8;
 /// instruction, so a block of eight rows costs a fraction of the instructions of
 /// eight separate rows.
 ///
-/// Layout: panels of `w` rows, [`PANEL`] for the 256-bit kernels and twice that for
+/// Layout: panels of `w` rows, eight (`PANEL`) for the 256-bit kernels and twice that for
 /// the AVX-512 ones (one register's lanes); in each, block after block:
 /// - Q4_1, `20w` bytes: the rows' f16 scales, their f16 mins, then for `g` in 0..4
 ///   the rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high nibbles:

@@ -115,7 +115,7 @@ impl F32Ops {
 
     /// Appends `src` to `dst` as half floats, rounded to nearest even and saturated
     /// at ±65504 (so that no key or value becomes infinite); NaN stays NaN. F16C
-    /// rounds as [`f16::from_f32`] does, so every target stores the same bits.
+    /// rounds as `half`'s `f16::from_f32` does, so every target stores the same bits.
     pub fn append_halves(self, src: &[f32], dst: &mut Vec<f16>) {
         dst.reserve(src.len());
         #[cfg(target_arch = "x86_64")]
@@ -173,7 +173,7 @@ pub(crate) fn softmax_lanes(scores: &mut [f32], scale: f32) {
 /// The largest finite half float, where KV cache values saturate.
 pub(crate) const HALF_MAX: f32 = 65504.0;
 
-/// The half float nearest `x` (ties to even), saturated at ±[`HALF_MAX`]: a KV cache
+/// The half float nearest `x` (ties to even), saturated at ±65504 (the largest finite half): a KV cache
 /// value.
 pub fn to_half(x: f32) -> f16 {
     f16::from_f32(x.clamp(-HALF_MAX, HALF_MAX))

@@ -155,8 +155,8 @@ pub fn byte_to_unicode(b: u8) -> char {
 ///
 /// Token types are llama.cpp's: 1 normal, 3 control. Merges are learnt greedily from
 /// the built-in `CORPUS` (most frequent adjacent pair first, ties broken by the pair's
-/// text) until the vocabulary is full; if the corpus runs out, the rest are reserved control
-/// tokens.
+/// text) until the vocabulary is full; if the corpus runs out, the rest are reserved
+/// control tokens.
 pub fn test_vocab(vocab: usize) -> (Vec<String>, Vec<i32>, Vec<String>) {
     let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| (*s).to_owned()).collect();
     let mut types = vec![3i32; SPECIAL_TOKENS.len()];

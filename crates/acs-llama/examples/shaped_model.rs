@@ -9,6 +9,7 @@
 //! 3 key/value heads, a feed-forward of 1536, 49152 tokens; Q4_1 matrices and a Q8_0
 //! embedding that the output layer shares, as in the default Q4_1 file.
 
+use acs_llama::model::Family;
 use acs_llama::quant::GgmlType;
 use acs_llama::testgen::{TestModelSpec, write_test_model};
 
@@ -17,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: shaped_model OUT.gguf")?;
     let spec = TestModelSpec {
+        family: Family::Llama,
         d_model: 576,
         n_layers: 30,
         n_heads: 9,

@@ -1,7 +1,7 @@
 //! Why a model could not be loaded or run: one error type for every backend.
 
 use crate::gguf::GgufError;
-use crate::quant::QuantError;
+use crate::quant::{GgmlType, QuantError};
 use crate::tokenizer::TokenizerError;
 
 /// Why a model could not be loaded or run.
@@ -16,9 +16,24 @@ pub enum ModelError {
     /// The tokenizer metadata is unusable.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
-    /// The file holds another architecture.
-    #[error("unsupported architecture {0:?} (ACS runs llama)")]
-    Architecture(String),
+    /// The file holds an architecture ACS does not run.
+    #[error("unsupported architecture {found:?}: ACS runs {supported}")]
+    Architecture {
+        /// The file's `general.architecture`.
+        found: String,
+        /// The architectures ACS runs, comma-separated.
+        supported: String,
+    },
+    /// A tensor is stored in a ggml format ACS cannot run.
+    #[error("tensor {name} is {ty:?}, a format ACS does not run (it runs {supported})")]
+    Format {
+        /// The tensor.
+        name: String,
+        /// Its format.
+        ty: GgmlType,
+        /// The formats ACS runs, comma-separated.
+        supported: String,
+    },
     /// Hyper-parameters that do not fit together.
     #[error("inconsistent model: {0}")]
     Shape(String),

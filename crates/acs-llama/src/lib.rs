@@ -1,8 +1,10 @@
-//! The model behind ACS: GGUF weights, the model's own tokenizer and a Llama forward pass.
+//! The model behind ACS: GGUF weights, the model's own tokenizer and the forward pass
+//! of each model family.
 //!
 //! - [`gguf`]: the file format, parsed from untrusted bytes, mapped or streamed;
 //! - [`tokenizer`]: the model's own tokenizer, from GGUF metadata;
-//! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes);
+//! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes,
+//!   where each family's layers depart from the common block);
 //! - [`model`]: the batched CPU forward pass and its KV cache;
 //! - [`quant`]: the weight formats, one file per family, and the matmuls over them;
 //! - [`cpu`]: instruction-set detection, the thread team, attention's f32 kernels;

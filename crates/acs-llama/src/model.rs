@@ -1,11 +1,12 @@
-//! The Llama forward pass on the CPU, for a batch of sequences of different lengths.
+//! The forward pass on the CPU, for a batch of sequences of different lengths.
 //!
 //! One call of [`Model::forward`] advances every sequence of the batch by its new
 //! tokens (a whole prompt for a prefill, one token for a decode step). All new tokens
 //! of all sequences go through each weight matrix together, so a weight row is read
 //! once per step however many sequences run: that is what makes batching pay.
 //!
-//! Per block: RMSNorm → Q, K, V → RoPE → append K, V to the sequence's cache →
+//! Per block, as the family's [`Recipe`] has it: RMSNorm → Q, K, V (plus their biases)
+//! → RoPE → append K, V to the sequence's cache →
 //! causal grouped-query attention → output projection → residual add → RMSNorm →
 //! SwiGLU MLP → residual add → (steering add, activation capture).
 
@@ -14,8 +15,8 @@ use std::sync::Arc;
 use half::f16;
 
 pub use crate::arch::KV_VALUE_BYTES;
-pub use crate::arch::llama::LlamaConfig;
-use crate::arch::llama::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+pub use crate::arch::{Family, ModelConfig, Recipe, RopeStyle};
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
@@ -74,11 +75,11 @@ impl Tensor {
 }
 type Block = BlockTensors<Tensor, Vec<f32>>;
 
-/// A loaded Llama model: weights, tokenizer and hyper-parameters.
+/// A loaded model: weights, tokenizer and hyper-parameters.
 #[derive(Debug)]
 pub struct Model {
     /// Hyper-parameters.
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     /// The model's own tokenizer.
     pub tokenizer: Tokenizer,
     /// `None` for a model loaded from its header alone ([`Model::from_header`]).
@@ -104,6 +105,7 @@ fn tensor(
 ) -> Result<Tensor, ModelError> {
     let (info, data) = file.tensor_data(name)?;
     check_dims(info, cols, rows)?;
+    check_format(info, GgmlType::SUPPORTED)?;
     let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
     Ok(Tensor {
         ty: info.ty,
@@ -163,11 +165,24 @@ pub(crate) fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<
     Ok(())
 }
 
+/// Checks that tensor `info` is in one of the formats a backend runs (`supported`).
+pub(crate) fn check_format(info: &TensorInfo, supported: &[GgmlType]) -> Result<(), ModelError> {
+    if supported.contains(&info.ty) {
+        return Ok(());
+    }
+    let names: Vec<String> = supported.iter().map(|t| format!("{t:?}")).collect();
+    Err(ModelError::Format {
+        name: info.name.clone(),
+        ty: info.ty,
+        supported: names.join(", "),
+    })
+}
+
 impl Model {
     /// Loads a model from a GGUF file held by `file` (mapped natively).
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
         let meta = file.metadata();
-        let config = LlamaConfig::from_metadata(meta)?;
+        let config = ModelConfig::from_metadata(meta)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(meta)?)?;
         let c = &config;
         let vec = |name: &str, n: usize| -> Result<Vec<f32>, ModelError> {
@@ -209,7 +224,7 @@ impl Model {
     /// weights: what a browser keeps while the weights stream to the GPU, so that the
     /// file is never whole in memory. [`Model::forward`] refuses to run it.
     pub fn from_header(header: &GgufHeader) -> Result<Self, ModelError> {
-        let config = LlamaConfig::from_metadata(&header.metadata)?;
+        let config = ModelConfig::from_metadata(&header.metadata)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
         let rope_inv_freq = rope_inv_freq(&config);
         Ok(Model {
@@ -323,6 +338,11 @@ impl Model {
                 &xn,
                 &mut qx,
             )?;
+            if let Some([bq, bk, bv]) = &b.qkv_bias {
+                add_rows(&mut q, bq);
+                add_rows(&mut k, bk);
+                add_rows(&mut v, bv);
+            }
             self.rotate_and_append(l, batch, &angles, &mut q, &mut k, &v);
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
@@ -437,14 +457,20 @@ impl Model {
         });
     }
 
-    /// Rotates each head of `x` (pairs of adjacent values, ggml's "normal" mode that
-    /// llama GGUFs are converted for) by its position's angles `rot` (cos, sin).
+    /// Rotates each head of `x` by its position's angles `rot` (cos, sin), its
+    /// pairs as the family's [`RopeStyle`] makes them.
     fn rope(&self, x: &mut [f32], rot: &[(f32, f32)]) {
-        for head in x.chunks_exact_mut(self.config.head_dim) {
-            for (pair, &(cos, sin)) in head.chunks_exact_mut(2).zip(rot) {
-                let (a, b) = (pair[0], pair[1]);
-                pair[0] = a * cos - b * sin;
-                pair[1] = a * sin + b * cos;
+        let c = &self.config;
+        let (half, style) = (c.rope_dims / 2, c.recipe().rope);
+        for head in x.chunks_exact_mut(c.head_dim) {
+            for (i, &(cos, sin)) in rot.iter().enumerate() {
+                let (ia, ib) = match style {
+                    RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+                    RopeStyle::Halves => (i, i + half),
+                };
+                let (a, b) = (head[ia], head[ib]);
+                head[ia] = a * cos - b * sin;
+                head[ib] = a * sin + b * cos;
             }
         }
     }
@@ -763,6 +789,13 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
         for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
             *o = v * inv * g;
         }
+    }
+}
+
+/// Adds `bias` to each row of `x` (rows of its length).
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add(row, bias);
     }
 }
 

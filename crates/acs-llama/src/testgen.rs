@@ -1,12 +1,13 @@
-//! Small random-weight Llama models as GGUF files, for tests that must not depend on a
+//! Small random-weight models as GGUF files, for tests that must not depend on a
 //! downloaded model.
 //!
-//! The files carry the metadata llama.cpp writes for the `llama` architecture and a
+//! The files carry the metadata llama.cpp writes for their architecture and a
 //! real (tiny) byte-level BPE vocabulary: the 256 GPT-2 byte tokens, merges learnt from
 //! a built-in English text, and ChatML control tokens. Weights come from a seeded
 //! splitmix64 stream, so a spec always yields the same bytes, and are scaled so that
 //! activations stay near unit size through the layers.
 
+use crate::arch::Family;
 use crate::gguf::{GgufError, GgufWriter, MetaArray, MetaValue};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::model_cache::{DEFAULT_MODEL_FILE, model_cache_dir};
@@ -15,7 +16,9 @@ use crate::quant::{GgmlType, QuantError, quantize_row};
 /// The shape and formats of a generated model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestModelSpec {
-    /// Embedding width (`llama.embedding_length`).
+    /// The family: its architecture name, metadata keys and tensors.
+    pub family: Family,
+    /// Embedding width (`<architecture>.embedding_length`).
     pub d_model: usize,
     /// Transformer blocks.
     pub n_layers: usize,
@@ -27,7 +30,7 @@ pub struct TestModelSpec {
     pub ffn: usize,
     /// Vocabulary size: at least the 256 byte tokens plus the 3 control tokens.
     pub vocab: usize,
-    /// `llama.context_length`.
+    /// `<architecture>.context_length`.
     pub ctx: usize,
     /// Type of the attention and feed-forward matrices.
     pub weight_type: GgmlType,
@@ -40,9 +43,9 @@ pub struct TestModelSpec {
     pub tied: bool,
     /// PRNG seed.
     pub seed: u64,
-    /// `llama.rope.freq_base`.
+    /// `<architecture>.rope.freq_base`.
     pub rope_base: f32,
-    /// `llama.attention.layer_norm_rms_epsilon`.
+    /// `<architecture>.attention.layer_norm_rms_epsilon`.
     pub rms_eps: f32,
 }
 
@@ -51,6 +54,7 @@ impl TestModelSpec {
     /// heads, FFN 96, 2 layers, Q8_0 matrices and embedding, tied output.
     pub fn tiny() -> TestModelSpec {
         TestModelSpec {
+            family: Family::Llama,
             d_model: 64,
             n_layers: 2,
             n_heads: 4,
@@ -243,29 +247,40 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
     let mut w = GgufWriter::new();
     let u32v = |v: usize| MetaValue::U32(v as u32);
     let string = |v: &str| MetaValue::String(v.to_owned());
-    w.add("general.architecture", string("llama"));
+    let arch = s.family.name();
+    w.add("general.architecture", string(arch));
     w.add("general.name", string("acs test model"));
     w.add(
         "general.file_type",
         MetaValue::U32(file_type(s.weight_type)),
     );
     w.add("general.quantization_version", MetaValue::U32(2));
-    w.add("llama.block_count", u32v(s.n_layers));
-    w.add("llama.context_length", u32v(s.ctx));
-    w.add("llama.embedding_length", u32v(s.d_model));
-    w.add("llama.feed_forward_length", u32v(s.ffn));
-    w.add("llama.attention.head_count", u32v(s.n_heads));
-    w.add("llama.attention.head_count_kv", u32v(s.n_kv_heads));
-    w.add("llama.rope.freq_base", MetaValue::F32(s.rope_base));
+    w.add(format!("{arch}.block_count"), u32v(s.n_layers));
+    w.add(format!("{arch}.context_length"), u32v(s.ctx));
+    w.add(format!("{arch}.embedding_length"), u32v(s.d_model));
+    w.add(format!("{arch}.feed_forward_length"), u32v(s.ffn));
+    w.add(format!("{arch}.attention.head_count"), u32v(s.n_heads));
     w.add(
-        "llama.attention.layer_norm_rms_epsilon",
+        format!("{arch}.attention.head_count_kv"),
+        u32v(s.n_kv_heads),
+    );
+    w.add(
+        format!("{arch}.rope.freq_base"),
+        MetaValue::F32(s.rope_base),
+    );
+    w.add(
+        format!("{arch}.attention.layer_norm_rms_epsilon"),
         MetaValue::F32(s.rms_eps),
     );
-    w.add("llama.rope.dimension_count", u32v(s.head_dim()));
-    w.add("llama.vocab_size", u32v(s.vocab));
+    w.add(format!("{arch}.rope.dimension_count"), u32v(s.head_dim()));
+    w.add(format!("{arch}.vocab_size"), u32v(s.vocab));
     let (tokens, types, merges) = test_vocab(s.vocab);
     w.add("tokenizer.ggml.model", string("gpt2"));
-    w.add("tokenizer.ggml.pre", string("smollm"));
+    let pre = match s.family {
+        Family::Llama => "smollm",
+        Family::Qwen2 => "qwen2",
+    };
+    w.add("tokenizer.ggml.pre", string(pre));
     w.add(
         "tokenizer.ggml.tokens",
         MetaValue::Array(MetaArray::String(tokens)),
@@ -322,6 +337,19 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         matrix(&mut w, &n("attn_q"), s.d_model, s.d_model, wt)?;
         matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
         matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, vt)?;
+        if s.family.recipe().qkv_bias {
+            for (part, len) in [
+                ("attn_q", s.d_model),
+                ("attn_k", kv_dim),
+                ("attn_v", kv_dim),
+            ] {
+                let bytes: Vec<u8> = (0..len)
+                    .flat_map(|_| (0.5 * norm_rng.uniform()).to_le_bytes())
+                    .collect();
+                let name = format!("blk.{l}.{part}.bias");
+                w.add_tensor(&name, &[len as u64], GgmlType::F32, bytes)?;
+            }
+        }
         matrix(&mut w, &n("attn_output"), s.d_model, s.d_model, wt)?;
         norm(&mut w, &n("ffn_norm"), &mut norm_rng)?;
         matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;

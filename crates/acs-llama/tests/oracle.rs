@@ -112,7 +112,7 @@ fn matches_llama_cpp_on_the_oracle_prompts() {
 fn matmul_work_per_token_counts_every_matrix() {
     let file = acs_llama::gguf::GgufFile::open(acs_llama::testgen::default_model_for_tests())
         .expect("default model opens");
-    let config = acs_llama::model::LlamaConfig::from_metadata(file.metadata()).expect("config");
+    let config = acs_llama::model::ModelConfig::from_metadata(file.metadata()).expect("config");
     let matrices: u64 = file
         .tensors()
         .iter()

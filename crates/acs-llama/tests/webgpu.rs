@@ -26,6 +26,7 @@ mod llama_cpp_oracle;
 use std::sync::Arc;
 
 use acs_llama::gguf::GgufFile;
+use acs_llama::model::Family;
 use acs_llama::model::{KvCache, LayerAdd, Logits, Model, ModelError, SeqInput, SeqOutput};
 use acs_llama::quant::GgmlType;
 use acs_llama::sample::top_k_indices;
@@ -314,6 +315,17 @@ fn q4_k_m_mix_matches_cpu() {
         ..TestModelSpec::tiny_k(GgmlType::Q4_K)
     };
     prefill_and_decode(&s, 9, 16);
+}
+
+/// The Qwen2 family: biases on the query, key and value projections, and RoPE on the
+/// halves of each head, applied by its own kernel after the matmul.
+#[test]
+fn qwen2_matches_cpu() {
+    let s = TestModelSpec {
+        family: Family::Qwen2,
+        ..spec(GgmlType::Q8_0, GgmlType::Q8_0)
+    };
+    prefill_and_decode(&s, 56, 16);
 }
 
 /// Float value and down projections beside 8-bit blocks: one matmul over the three

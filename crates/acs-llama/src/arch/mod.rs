@@ -1,9 +1,87 @@
-//! Model families: what a family's GGUF metadata and tensors look like, written once
-//! for every backend. A new family is a file here (its config from metadata, its
-//! tensor names and shapes), then its layer recipe in each backend's forward pass.
+//! Model families: what a family's GGUF metadata, tensors and layers look like,
+//! written once for every backend.
+//!
+//! Every family here runs the same decoder block (a pre-norm attention and a gated
+//! MLP, each added to the residual stream); a family file says where its block departs
+//! from that (its [`Recipe`]), and both forward passes (`model.rs` on the CPU,
+//! `webgpu/step.rs`) follow the recipe. A new family is a file here and a row of
+//! [`Family`]; a new kind of departure is a field of [`Recipe`] and its step in each
+//! backend.
 
-pub mod llama;
+mod config;
+mod llama;
+mod qwen2;
+mod tensors;
+
+pub use config::ModelConfig;
+pub(crate) use config::rope_inv_freq;
+pub(crate) use tensors::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM};
+
+use crate::error::ModelError;
 
 /// Bytes per cached key or value: caches hold IEEE half floats, on the CPU and on
 /// the GPU alike (see [`KvCache`](crate::model::KvCache)).
 pub const KV_VALUE_BYTES: usize = 2;
+
+/// The model families ACS runs, by their GGUF `general.architecture`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Llama 2 and 3, Mistral, SmolLM, TinyLlama.
+    Llama,
+    /// Qwen2 and Qwen2.5.
+    Qwen2,
+}
+
+impl Family {
+    /// Every family, in the order error messages list them.
+    pub const ALL: [Family; 2] = [Family::Llama, Family::Qwen2];
+
+    /// The family's `general.architecture`, also the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+        }
+    }
+
+    /// The family of `general.architecture` `name`, or an error that lists the ones
+    /// ACS runs.
+    pub fn from_name(name: &str) -> Result<Family, ModelError> {
+        Family::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| ModelError::Architecture {
+                found: name.to_owned(),
+                supported: Family::ALL.map(Family::name).join(", "),
+            })
+    }
+
+    /// How the family's block departs from the common one.
+    pub fn recipe(self) -> Recipe {
+        match self {
+            Family::Llama => llama::RECIPE,
+            Family::Qwen2 => qwen2::RECIPE,
+        }
+    }
+}
+
+/// Where a family's block departs from the common decoder block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recipe {
+    /// The query, key and value projections add a bias.
+    pub qkv_bias: bool,
+    /// Which values of a head RoPE rotates together.
+    pub rope: RopeStyle,
+}
+
+/// Which values of a head RoPE rotates as a pair: what the GGUF converter of the
+/// family arranged the query and key rows for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Neighbours (2i, 2i + 1): ggml's "normal" mode, for which the Llama converter
+    /// permutes the rows.
+    Adjacent,
+    /// Value i with value i + rope_dims/2: ggml's "NeoX" mode, the layout of the
+    /// Hugging Face weights as they are.
+    Halves,
+}

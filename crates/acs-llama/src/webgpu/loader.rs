@@ -6,19 +6,19 @@ use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
 
-use crate::arch::llama::{BlockTensors, EMBED, LlamaConfig, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::arch::{BlockTensors, EMBED, ModelConfig, OUTPUT, OUTPUT_NORM, rope_inv_freq};
 use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufHeader, TensorInfo};
 use crate::model::check_dims;
 use crate::quant::{self, GgmlType};
 
-use super::GpuModel;
 use super::device::{self, ErrorScopes, Lost};
 use super::error::GpuError;
 use super::kernels::Pipelines;
 use super::kernels::dequant::SUPPORTED;
 use super::kernels::matmul::MatmulLayout;
 use super::tensor::{GpuBlock, GpuTensor, f32_bytes, rows_per_buffer};
+use super::{GpuModel, fused_rope};
 
 /// What the model needs of a tensor.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +116,7 @@ impl Arriving {
 /// Every tensor the model needs is checked against the header before any upload.
 #[derive(Debug)]
 pub struct GpuLoader {
-    config: LlamaConfig,
+    config: ModelConfig,
     info: wgpu::AdapterInfo,
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -143,7 +143,7 @@ pub struct GpuLoader {
 impl GpuLoader {
     /// Opens a device on `adapter` for the model `header` describes.
     pub async fn new(header: &GgufHeader, adapter: wgpu::Adapter) -> Result<Self, GpuError> {
-        let config = LlamaConfig::from_metadata(&header.metadata)?;
+        let config = ModelConfig::from_metadata(&header.metadata)?;
         let c = &config;
         let mut needs = HashMap::new();
         let matrix = |cols, rows| Need::Matrix { cols, rows };
@@ -333,9 +333,11 @@ impl GpuLoader {
                     |_, name, _, _| Ok(name.to_owned()),
                     |s, name, _| take(&mut s.vectors, name),
                 )?;
+                let qkv_bias = t.qkv_bias.map(|parts| self.concat(&parts));
                 Ok(GpuBlock {
                     attn_norm: t.attn_norm,
                     qkv: self.take_matrices(&[&t.wq, &t.wk, &t.wv])?,
+                    qkv_bias,
                     wo: self.take_matrix(&t.wo)?,
                     ffn_norm: t.ffn_norm,
                     gate_up: self.take_matrices(&[&t.gate, &t.up])?,
@@ -344,8 +346,10 @@ impl GpuLoader {
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let out_norm = take(&mut self.vectors, OUTPUT_NORM)?;
-        let mut rope_formats: Vec<GgmlType> =
-            blocks.iter().flat_map(|b| &b.qkv).map(|w| w.ty).collect();
+        let mut rope_formats: Vec<GgmlType> = match fused_rope(&c) {
+            true => blocks.iter().flat_map(|b| &b.qkv).map(|w| w.ty).collect(),
+            false => Vec::new(),
+        };
         rope_formats.sort_by_key(|ty| ty.id());
         rope_formats.dedup();
         let formats = [self.formats.as_slice(), rope_formats.as_slice()];
@@ -367,6 +371,25 @@ impl GpuLoader {
             lost: self.lost,
             arena: Mutex::new(None),
         })
+    }
+
+    /// One buffer of the vectors `parts` end to end (copied on the device).
+    fn concat(&self, parts: &[wgpu::Buffer]) -> wgpu::Buffer {
+        let size = parts.iter().map(wgpu::Buffer::size).sum();
+        let out = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("biases"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut at = 0;
+        for p in parts {
+            enc.copy_buffer_to_buffer(p, 0, &out, at, p.size());
+            at += p.size();
+        }
+        self.queue.submit([enc.finish()]);
+        out
     }
 
     /// Removes an uploaded matrix, or says it never came.
@@ -458,7 +481,7 @@ fn upload_vector(
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(&info.name),
             contents: &f32_bytes(&v),
-            usage: wgpu::BufferUsages::STORAGE,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         }),
     )
 }

@@ -39,7 +39,7 @@ pub use kernels::matmul::MatmulLayout;
 pub use loader::GpuLoader;
 pub use profile::{Kernel, KernelTime, StepProfile};
 
-use crate::arch::llama::LlamaConfig;
+use crate::arch::{ModelConfig, RopeStyle};
 use crate::gguf::GgufFile;
 use crate::model::{SeqInput, SeqOutput};
 use arena::Arena;
@@ -54,7 +54,7 @@ pub type GpuSeqInput<'a> = SeqInput<'a, GpuCache>;
 #[derive(Debug)]
 pub struct GpuModel {
     /// Hyper-parameters.
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     info: wgpu::AdapterInfo,
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -224,4 +224,17 @@ impl GpuModel {
     fn check_lost(&self) -> Result<(), GpuError> {
         self.lost.check()
     }
+
+    /// Whether the query and key projections apply RoPE as they store (what
+    /// [`GpuLoader::finish`] compiled them for): where nothing comes between the
+    /// matmul and RoPE, and each pair is two neighbouring rows of one workgroup.
+    fn fused_rope(&self) -> bool {
+        fused_rope(&self.config)
+    }
+}
+
+/// See [`GpuModel::fused_rope`].
+fn fused_rope(c: &ModelConfig) -> bool {
+    let r = c.recipe();
+    !r.qkv_bias && r.rope == RopeStyle::Adjacent
 }

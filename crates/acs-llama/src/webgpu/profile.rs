@@ -28,6 +28,10 @@ pub enum Kernel {
     Attention,
     /// A steering vector added to the residual stream.
     Steer,
+    /// The query, key and value biases added to the projections.
+    Bias,
+    /// RoPE applied to the queries and keys on their own (where no matmul folds it in).
+    Rope,
 }
 
 impl std::fmt::Display for Kernel {
@@ -40,6 +44,8 @@ impl std::fmt::Display for Kernel {
             Kernel::Matmul { ty, rows, cols } => write!(f, "matmul {ty:?} {rows}x{cols}"),
             Kernel::Attention => f.write_str("attention"),
             Kernel::Steer => f.write_str("steer"),
+            Kernel::Bias => f.write_str("bias"),
+            Kernel::Rope => f.write_str("rope"),
         }
     }
 }

@@ -10,8 +10,8 @@ use crate::model::{Logits, SeqOutput};
 use super::device::ErrorScopes;
 use super::error::GpuError;
 use super::kernels::matmul::{self, Store, Target};
-use super::kernels::{MAX_GROUPS, add, attention, embed, quantize, rms_norm};
-use super::profile::StepProfile;
+use super::kernels::{MAX_GROUPS, add, attention, embed, quantize, rms_norm, rope};
+use super::profile::{Kernel, StepProfile};
 use super::recorder::{Dest, Recorder};
 use super::tensor::{GpuBlock, GpuTensor, f32_bytes};
 use super::{GpuModel, GpuSeqInput};
@@ -291,8 +291,8 @@ impl GpuModel {
     }
 
     /// Block `l`'s attention, added to the residual stream: norm, the query, key and
-    /// value projections (queries and keys rotated), each sequence's attention over
-    /// its cache, and the output projection.
+    /// value projections (plus their biases; queries and keys rotated), each
+    /// sequence's attention over its cache, and the output projection.
     fn attention(
         &self,
         rec: &mut Recorder<'_>,
@@ -305,8 +305,26 @@ impl GpuModel {
         let t = plan.total;
         let normed = (&bufs.xn, &bufs.xq);
         let mut quantized = self.rms_norm(rec, &bufs.x, &b.attn_norm, normed, t, &b.qkv);
-        let qkv = (&bufs.qkv, Store::Rotated(rope));
-        self.matmul(rec, &b.qkv, normed, &mut quantized, qkv, t);
+        if self.fused_rope() {
+            let qkv = (&bufs.qkv, Store::Rotated(rope));
+            self.matmul(rec, &b.qkv, normed, &mut quantized, qkv, t);
+        } else {
+            self.matmul(
+                rec,
+                &b.qkv,
+                normed,
+                &mut quantized,
+                (&bufs.qkv, Store::Set),
+                t,
+            );
+            if let Some(bias) = &b.qkv_bias {
+                let c = &self.config;
+                let width = c.d_model + 2 * c.kv_dim();
+                let add = (&self.pipes.add, Kernel::Bias);
+                add::record(rec, add, (&bufs.qkv, 0), (bias, 0), t * width, width);
+            }
+            rope::record(rec, &self.pipes.rope, &self.config, (&bufs.qkv, rope), t);
+        }
         // Attention rounds its output where the output projection reads 8-bit
         // blocks, and the kernel can.
         let mut rounded = attention::rounds_for(&self.config, b.wo.ty);
@@ -369,7 +387,7 @@ impl GpuModel {
             let target = (x, span.start * d);
             add::record(
                 rec,
-                &self.pipes.add,
+                (&self.pipes.add, Kernel::Steer),
                 target,
                 (&inputs.steer, at),
                 span.len() * d,

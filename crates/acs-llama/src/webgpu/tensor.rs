@@ -39,6 +39,8 @@ pub(crate) struct GpuBlock {
     pub(crate) attn_norm: wgpu::Buffer,
     /// Query, key and value projections.
     pub(crate) qkv: Vec<GpuTensor>,
+    /// Their biases side by side, where the family has them.
+    pub(crate) qkv_bias: Option<wgpu::Buffer>,
     pub(crate) wo: GpuTensor,
     pub(crate) ffn_norm: wgpu::Buffer,
     /// Gate and up projections.

@@ -1,5 +1,5 @@
-//! Adding a vector, repeated, to a range of a buffer: the steering adds
-//! (`shaders/add.wgsl`).
+//! Adding a vector, repeated, to a range of a buffer: the steering adds and the
+//! projections' biases (`shaders/add.wgsl`).
 
 use crate::webgpu::arena::whole;
 use crate::webgpu::profile::Kernel;
@@ -28,10 +28,10 @@ pub(super) fn pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
 }
 
 /// Adds `y` from float `y_off` on, `period` values repeated, to the `n` floats of
-/// `x` from `x_off` on.
+/// `x` from `x_off` on; `what` names it in profiles.
 pub(crate) fn record(
     rec: &mut Recorder<'_>,
-    pipe: &wgpu::ComputePipeline,
+    (pipe, what): (&wgpu::ComputePipeline, Kernel),
     (x, x_off): (&wgpu::Buffer, usize),
     (y, y_off): (&wgpu::Buffer, usize),
     n: usize,
@@ -44,5 +44,5 @@ pub(crate) fn record(
         period: period as u32,
     };
     let bindings = [whole(x), whole(y)];
-    rec.dispatch(Kernel::Steer, pipe, bindings, &p, groups_1d(n as u32));
+    rec.dispatch(what, pipe, bindings, &p, groups_1d(n as u32));
 }

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::arch::llama::LlamaConfig;
+use crate::arch::ModelConfig;
 use crate::quant::GgmlType;
 use crate::webgpu::arena::{Binding, Owner, whole};
 use crate::webgpu::cache::GpuCache;
@@ -54,7 +54,7 @@ pub(super) fn pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
 
 /// Whether the kernel rounds its output for a reader of format `reader`: where that
 /// reads 8-bit blocks and a head is whole blocks, at most [`MAX_HEAD`] wide.
-pub(crate) fn rounds_for(c: &LlamaConfig, reader: GgmlType) -> bool {
+pub(crate) fn rounds_for(c: &ModelConfig, reader: GgmlType) -> bool {
     reader.uses_q8_activations() && c.head_dim.is_multiple_of(32) && c.head_dim <= MAX_HEAD
 }
 
@@ -65,7 +65,7 @@ pub(crate) fn rounds_for(c: &LlamaConfig, reader: GgmlType) -> bool {
 pub(crate) fn record(
     rec: &mut Recorder<'_>,
     pipe: &wgpu::ComputePipeline,
-    c: &LlamaConfig,
+    c: &ModelConfig,
     layer: usize,
     (si, cache, span): (usize, &GpuCache, &Range<usize>),
     round: bool,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::arch::llama::LlamaConfig;
+use crate::arch::ModelConfig;
 use crate::quant::GgmlType;
 use crate::webgpu::arena::whole;
 use crate::webgpu::profile::{Kernel, Work};
@@ -138,7 +138,7 @@ pub(crate) struct Target<'a> {
 pub(crate) fn record(
     rec: &mut Recorder<'_>,
     pipes: &Pipelines,
-    c: &LlamaConfig,
+    c: &ModelConfig,
     w: &GpuTensor,
     x: &wgpu::Buffer,
     target: Target<'_>,

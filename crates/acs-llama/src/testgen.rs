@@ -47,6 +47,9 @@ pub struct TestModelSpec {
     pub rope_base: f32,
     /// `<architecture>.attention.layer_norm_rms_epsilon`.
     pub rms_eps: f32,
+    /// RoPE's per-pair frequency factors (`rope_freqs.weight`, one per rotated pair),
+    /// as Llama 3.1 and 3.2 files carry them.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl TestModelSpec {
@@ -69,6 +72,7 @@ impl TestModelSpec {
             seed: 1,
             rope_base: 10000.0,
             rms_eps: 1e-5,
+            rope_freq_factors: None,
         }
     }
 
@@ -85,6 +89,30 @@ impl TestModelSpec {
             ..TestModelSpec::tiny()
         }
     }
+
+    /// The tiny models that `scripts/oracle/record.sh` records llama.cpp's logits on
+    /// (`crates/acs-llama/tests/fixtures/families/NAME.json`), by name: one per family,
+    /// and Llama with Llama 3.1's frequency factors on a low RoPE base (so that the
+    /// slow pairs turn within the prompt).
+    pub fn oracle_case(name: &str) -> Option<TestModelSpec> {
+        let family = |family| TestModelSpec {
+            family,
+            ..TestModelSpec::tiny()
+        };
+        Some(match name {
+            "llama" => family(Family::Llama),
+            "qwen2" => family(Family::Qwen2),
+            "llama-rope-freqs" => TestModelSpec {
+                rope_base: 100.0,
+                rope_freq_factors: Some((1..=8).map(|i| i as f32).collect()),
+                ..family(Family::Llama)
+            },
+            _ => return None,
+        })
+    }
+
+    /// The names [`TestModelSpec::oracle_case`] knows.
+    pub const ORACLE_CASES: [&str; 3] = ["llama", "qwen2", "llama-rope-freqs"];
 
     fn head_dim(&self) -> usize {
         self.d_model / self.n_heads
@@ -103,6 +131,11 @@ impl TestModelSpec {
         }
         if self.vocab < FIRST_MERGED || self.n_layers == 0 || self.ffn == 0 {
             return bad("need vocab >= 259 and at least one layer and FFN unit");
+        }
+        if let Some(f) = &self.rope_freq_factors
+            && f.len() != self.head_dim() / 2
+        {
+            return bad("one RoPE frequency factor per rotated pair");
         }
         Ok(())
     }
@@ -357,6 +390,10 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, vt)?;
     }
     norm(&mut w, "output_norm.weight", &mut norm_rng)?;
+    if let Some(f) = &s.rope_freq_factors {
+        let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("rope_freqs.weight", &[f.len() as u64], GgmlType::F32, bytes)?;
+    }
     if !s.tied {
         matrix(&mut w, "output.weight", s.d_model, s.vocab, s.embed_type)?;
     }

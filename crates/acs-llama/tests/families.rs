@@ -93,6 +93,43 @@ fn an_unknown_architecture_is_refused_with_the_supported_list() {
     }
 }
 
+/// A copy of `bytes`' model with the metadata `extra` added.
+fn with_metadata(bytes: Vec<u8>, extra: &[(&str, MetaValue)]) -> Vec<u8> {
+    let file = GgufFile::from_vec(bytes).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        w.add(k, v.clone());
+    }
+    for (k, v) in extra {
+        w.add(*k, v.clone());
+    }
+    for t in file.tensors() {
+        let data = file.tensor_bytes(t).unwrap().to_vec();
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, data).unwrap();
+    }
+    w.to_bytes()
+}
+
+/// Linear RoPE scaling divides every angle by its factor; a scaling ACS does not
+/// implement (YaRN) is refused by name rather than run wrong.
+#[test]
+fn rope_scaling_is_linear_or_refused() {
+    let bytes = test_model_bytes(&TestModelSpec::tiny()).unwrap();
+    let string = |s: &str| MetaValue::String(s.to_owned());
+    let linear = with_metadata(
+        bytes.clone(),
+        &[
+            ("llama.rope.scaling.type", string("linear")),
+            ("llama.rope.scaling.factor", MetaValue::F32(4.0)),
+        ],
+    );
+    assert_eq!(load(linear).unwrap().config.rope_freq_scale, 0.25);
+    let yarn = with_metadata(bytes, &[("llama.rope.scaling.type", string("yarn"))]);
+    let err = load(yarn).unwrap_err();
+    assert!(matches!(err, ModelError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("yarn"), "{err}");
+}
+
 /// A tensor in a format without kernels (here Q5_0, written over a Q8_0 one of the
 /// same shape) fails the load, naming the tensor and its format, rather than the
 /// first step that reaches it.
@@ -123,13 +160,12 @@ fn a_format_without_kernels_is_refused_at_load() {
     assert!(msg.contains("Q4_K"), "the formats it runs: {msg}");
 }
 
-/// llama.cpp's logits at the last of the fixture's tokens on a family's tiny test
-/// model (recorded by `scripts/oracle/record.sh`).
-fn llama_cpp_logits(family: Family) -> (Vec<u32>, Vec<f32>) {
+/// llama.cpp's logits at the last of the fixture's tokens on the tiny test model
+/// `name` (recorded by `scripts/oracle/record.sh`).
+fn llama_cpp_logits(name: &str) -> (Vec<u32>, Vec<f32>) {
     let path = format!(
-        "{}/tests/fixtures/families/{}.json",
+        "{}/tests/fixtures/families/{name}.json",
         env!("CARGO_MANIFEST_DIR"),
-        family.name()
     );
     let text = std::fs::read_to_string(&path).expect("fixture");
     let v: serde_json::Value = serde_json::from_str(&text).expect("fixture parses");
@@ -151,31 +187,29 @@ fn llama_cpp_logits(family: Family) -> (Vec<u32>, Vec<f32>) {
 /// bias) is off by whole units (3.8 for Qwen2's file run as Llama).
 const TOLERANCE: f32 = 0.25;
 
-/// Each family's CPU pass gives llama.cpp's logits on the same file, and its greedy
-/// token wherever llama.cpp's own margin is wider than the tolerance.
+/// Each family's CPU pass (and Llama 3.1's frequency factors) gives llama.cpp's
+/// logits on the same file, and its greedy token wherever llama.cpp's own margin is
+/// wider than the tolerance.
 #[test]
 fn every_family_matches_llama_cpp() {
-    for family in Family::ALL {
-        let spec = TestModelSpec {
-            family,
-            ..TestModelSpec::tiny()
-        };
+    for name in TestModelSpec::ORACLE_CASES {
+        let spec = TestModelSpec::oracle_case(name).expect("a known case");
         let model = load(test_model_bytes(&spec).unwrap()).expect("loads");
-        let (tokens, want) = llama_cpp_logits(family);
+        let (tokens, want) = llama_cpp_logits(name);
         let got = last_logits(&model, &mut model.new_cache(), &tokens);
-        assert_eq!(got.len(), want.len(), "{family:?}");
+        assert_eq!(got.len(), want.len(), "{name}");
         let diff = got
             .iter()
             .zip(&want)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        eprintln!("{family:?}: max |logit - llama.cpp's| {diff}");
-        assert!(diff < TOLERANCE, "{family:?}: logits differ by {diff}");
+        eprintln!("{name}: max |logit - llama.cpp's| {diff}");
+        assert!(diff < TOLERANCE, "{name}: logits differ by {diff}");
         let argmax = |l: &[f32]| (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap();
         let (ours, theirs) = (argmax(&got), argmax(&want));
         assert!(
             want[theirs] - want[ours] < TOLERANCE,
-            "{family:?}: greedy token {ours}, llama.cpp's {theirs} by a margin of {}",
+            "{name}: greedy token {ours}, llama.cpp's {theirs} by a margin of {}",
             want[theirs] - want[ours]
         );
     }

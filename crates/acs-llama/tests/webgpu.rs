@@ -328,6 +328,14 @@ fn qwen2_matches_cpu() {
     prefill_and_decode(&s, 56, 16);
 }
 
+/// Llama 3.1's per-pair RoPE frequency factors (`rope_freqs.weight`), read by the
+/// streaming loader as by the CPU's.
+#[test]
+fn rope_freq_factors_match_cpu() {
+    let s = TestModelSpec::oracle_case("llama-rope-freqs").expect("a known case");
+    prefill_and_decode(&s, 56, 16);
+}
+
 /// Float value and down projections beside 8-bit blocks: one matmul over the three
 /// attention projections reads both the rounded input and the floats, and the
 /// feed-forward's activation reaches the down projection unrounded.

@@ -30,6 +30,9 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// How many dimensions of each head RoPE rotates.
     pub rope_dims: usize,
+    /// What positions are multiplied by before they turn RoPE's angles: 1 but where
+    /// the file asks for linear scaling (`rope.scaling.type` "linear", 1/factor).
+    pub rope_freq_scale: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
 }
@@ -67,6 +70,22 @@ impl ModelConfig {
             Ok(v) => v,
             Err(_) => meta.get_array("tokenizer.ggml.tokens")?.len(),
         };
+        let rope_freq_scale = match meta.get_str(&key("rope.scaling.type")) {
+            Err(_) | Ok("none") => 1.0,
+            Ok("linear") => match meta.get_f32(&key("rope.scaling.factor")) {
+                Ok(f) if f.is_finite() && f >= 1.0 => 1.0 / f,
+                _ => {
+                    return Err(ModelError::Shape(
+                        "RoPE linear scaling without a factor >= 1".into(),
+                    ));
+                }
+            },
+            Ok(other) => {
+                return Err(ModelError::Unsupported(format!(
+                    "RoPE scaling {other:?} (ACS runs none, linear, and per-pair frequency factors)"
+                )));
+            }
+        };
         let cfg = ModelConfig {
             family,
             d_model,
@@ -79,6 +98,7 @@ impl ModelConfig {
             context: meta.get_usize(&key("context_length"))?,
             rope_base: meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_dims,
+            rope_freq_scale,
             rms_eps: meta
                 .get_f32(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5),
@@ -114,9 +134,14 @@ impl ModelConfig {
     }
 }
 
-/// Inverse frequencies of RoPE, one per rotated pair.
-pub(crate) fn rope_inv_freq(c: &ModelConfig) -> Vec<f32> {
+/// RoPE's angle per position for each rotated pair: base^(-2i/dims), times the
+/// linear scale, divided by the pair's factor where the file has them (the
+/// `rope_freqs.weight` of Llama 3.1 and 3.2, which turn the low frequencies slower).
+pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
     (0..c.rope_dims / 2)
-        .map(|i| c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+        .map(|i| {
+            let f = c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32) * c.rope_freq_scale;
+            factors.map_or(f, |fs| f / fs[i])
+        })
         .collect()
 }

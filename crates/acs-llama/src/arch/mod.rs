@@ -15,7 +15,7 @@ mod tensors;
 
 pub use config::ModelConfig;
 pub(crate) use config::rope_inv_freq;
-pub(crate) use tensors::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM};
+pub(crate) use tensors::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 
 use crate::error::ModelError;
 

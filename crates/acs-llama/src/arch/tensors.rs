@@ -9,6 +9,9 @@ pub(crate) const EMBED: &str = "token_embd.weight";
 pub(crate) const OUTPUT: &str = "output.weight";
 /// The final norm.
 pub(crate) const OUTPUT_NORM: &str = "output_norm.weight";
+/// RoPE's per-pair frequency factors (`rope_dims / 2` of them), where the file has
+/// them (Llama 3.1 and 3.2).
+pub(crate) const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// One block's tensors, a matrix `M` or a norm vector `V` each: the CPU's mapped
 /// tensors and f32 norms, the WebGPU backend's device buffers, or nothing while the

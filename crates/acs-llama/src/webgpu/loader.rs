@@ -6,7 +6,9 @@ use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
 
-use crate::arch::{BlockTensors, EMBED, ModelConfig, OUTPUT, OUTPUT_NORM, rope_inv_freq};
+use crate::arch::{
+    BlockTensors, EMBED, ModelConfig, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
+};
 use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufHeader, TensorInfo};
 use crate::model::check_dims;
@@ -138,6 +140,8 @@ pub struct GpuLoader {
     part_of: HashMap<String, (usize, usize)>,
     /// Matrices whole on the device.
     uploaded: usize,
+    /// RoPE's frequency factors, kept on the host (the angles are computed there).
+    rope_factors: Option<Vec<f32>>,
 }
 
 impl GpuLoader {
@@ -152,6 +156,9 @@ impl GpuLoader {
             needs.insert(OUTPUT.to_owned(), matrix(c.d_model, c.vocab));
         }
         needs.insert(OUTPUT_NORM.to_owned(), Need::Vector { n: c.d_model });
+        if header.tensor(ROPE_FREQS).is_some() {
+            needs.insert(ROPE_FREQS.to_owned(), Need::Vector { n: c.rope_dims / 2 });
+        }
         for l in 0..c.n_layers {
             BlockTensors::<(), ()>::load(
                 c,
@@ -225,6 +232,7 @@ impl GpuLoader {
             stacks,
             part_of,
             uploaded: 0,
+            rope_factors: None,
             pending: HashMap::new(),
             formats: Vec::new(),
         })
@@ -243,7 +251,7 @@ impl GpuLoader {
 
     /// Tensors uploaded so far.
     pub fn tensors_uploaded(&self) -> usize {
-        self.uploaded + self.vectors.len()
+        self.uploaded + self.vectors.len() + usize::from(self.rope_factors.is_some())
     }
 
     /// Uploads tensor `info` from its bytes if the model needs it (others are skipped).
@@ -303,7 +311,9 @@ impl GpuLoader {
             Some(Need::Vector { n }) => {
                 let mut data = self.pending.remove(&info.name).unwrap_or_default();
                 data.extend_from_slice(bytes);
-                if last {
+                if last && info.name == ROPE_FREQS {
+                    self.rope_factors = Some(host_vector(info, &data, n)?);
+                } else if last {
                     let b = upload_vector(&self.device, info, &data, n)?;
                     self.vectors.insert(info.name.clone(), b);
                 } else {
@@ -355,7 +365,15 @@ impl GpuLoader {
         let formats = [self.formats.as_slice(), rope_formats.as_slice()];
         let pipes = Pipelines::new(&self.device, formats, embed.ty, self.layout);
         self.scopes.pop().await?;
-        let rope_inv_freq = rope_inv_freq(&c);
+        let factors = match self.needs.contains_key(ROPE_FREQS) {
+            true => Some(
+                self.rope_factors
+                    .take()
+                    .ok_or_else(|| missing(ROPE_FREQS))?,
+            ),
+            false => None,
+        };
+        let rope_inv_freq = rope_inv_freq(&c, factors.as_deref());
         Ok(GpuModel {
             config: self.config,
             info: self.info,
@@ -467,16 +485,22 @@ fn stack(
     Ok(Some((tensor, starts)))
 }
 
-/// A norm's gains, expanded to f32 (they are tiny).
+/// A vector of `n` values of tensor `info`, from its `bytes`, as f32.
+fn host_vector(info: &TensorInfo, bytes: &[u8], n: usize) -> Result<Vec<f32>, GpuError> {
+    check_dims(info, n, 1)?;
+    let mut v = vec![0f32; n];
+    quant::dequantize_row(info.ty, bytes, &mut v).map_err(ModelError::from)?;
+    Ok(v)
+}
+
+/// A norm's gains (or biases), expanded to f32 (they are tiny).
 fn upload_vector(
     device: &wgpu::Device,
     info: &TensorInfo,
     bytes: &[u8],
     n: usize,
 ) -> Result<wgpu::Buffer, GpuError> {
-    check_dims(info, n, 1)?;
-    let mut v = vec![0f32; n];
-    quant::dequantize_row(info.ty, bytes, &mut v).map_err(ModelError::from)?;
+    let v = host_vector(info, bytes, n)?;
     Ok(
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(&info.name),

@@ -407,6 +407,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::F16 => 1,
         GgmlType::Q4_0 => 2,
         GgmlType::Q4_1 => 3,
+        GgmlType::Q5_0 => 8,
+        GgmlType::Q5_1 => 9,
         GgmlType::Q8_0 => 7,
         GgmlType::Q4_K => 15,
         GgmlType::Q5_K => 17,

@@ -130,7 +130,7 @@ fn rope_scaling_is_linear_or_refused() {
     assert!(err.to_string().contains("yarn"), "{err}");
 }
 
-/// A tensor in a format without kernels (here Q5_0, written over a Q8_0 one of the
+/// A tensor in a format without kernels (here IQ4_NL, written over a Q8_0 one of the
 /// same shape) fails the load, naming the tensor and its format, rather than the
 /// first step that reaches it.
 #[test]
@@ -144,7 +144,7 @@ fn a_format_without_kernels_is_refused_at_load() {
     for t in file.tensors() {
         let (ty, data) = if t.name == "blk.1.ffn_up.weight" {
             let n = t.n_elements() as usize;
-            (GgmlType::Q5_0, vec![0u8; n / 32 * 22])
+            (GgmlType::IQ4_NL, vec![0u8; n / 32 * 18])
         } else {
             (t.ty, file.tensor_bytes(t).unwrap().to_vec())
         };
@@ -154,7 +154,7 @@ fn a_format_without_kernels_is_refused_at_load() {
     assert!(matches!(err, ModelError::Format { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
-        msg.contains("blk.1.ffn_up.weight") && msg.contains("Q5_0"),
+        msg.contains("blk.1.ffn_up.weight") && msg.contains("IQ4_NL"),
         "{msg}"
     );
     assert!(msg.contains("Q4_K"), "the formats it runs: {msg}");

@@ -272,6 +272,27 @@ fn q4_1_matches_cpu() {
 }
 
 #[test]
+fn q5_0_matches_cpu() {
+    prefill_and_decode(&spec(GgmlType::Q5_0, GgmlType::Q5_0), 9, 16);
+}
+
+#[test]
+fn q5_1_matches_cpu() {
+    prefill_and_decode(&spec(GgmlType::Q5_1, GgmlType::Q8_0), 9, 16);
+}
+
+/// What `llama-quantize` makes of a model whose width is not a multiple of 256 (the
+/// default model's 576): K-quant rows where they fit, Q5_0 beside them.
+#[test]
+fn q4_k_beside_q5_0_matches_cpu() {
+    let s = TestModelSpec {
+        value_down_type: Some(GgmlType::Q5_0),
+        ..TestModelSpec::tiny_k(GgmlType::Q4_K)
+    };
+    prefill_and_decode(&s, 9, 16);
+}
+
+#[test]
 fn f16_matches_cpu() {
     prefill_and_decode(&spec(GgmlType::F16, GgmlType::F16), 9, 16);
 }

@@ -252,7 +252,7 @@ pub(crate) fn dot_q8_dispatch(
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2(t) => match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            _ if x86::tile::TILED.contains(&ty) => {
                 let x = x86::Xs {
                     blocks: qx.vector(v),
                     sums: qx.group_sums(v),

@@ -76,6 +76,8 @@ fn simd_matches_scalar_on_random_bytes() {
     for ty in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
@@ -89,7 +91,7 @@ fn simd_matches_scalar_on_random_bytes() {
         // Keep the f16 scales finite and small so sums are comparable.
         for b in bytes.chunks_exact_mut(ty.block_bytes()) {
             let at: &[usize] = match ty {
-                GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
                 GgmlType::Q6_K => &[208],
                 _ => &[0],
             };
@@ -376,7 +378,7 @@ fn shape_errors_are_typed() {
         Err(QuantError::Length { .. })
     ));
     assert_eq!(
-        dot_row(GgmlType::Q5_0, &[0; 22], &[0.0; 32]),
-        Err(QuantError::Unsupported(GgmlType::Q5_0))
+        dot_row(GgmlType::IQ4_NL, &[0; 18], &[0.0; 32]),
+        Err(QuantError::Unsupported(GgmlType::IQ4_NL))
     );
 }

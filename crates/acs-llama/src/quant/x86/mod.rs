@@ -1,5 +1,5 @@
-//! The x86-64 kernels of the block formats, named by their operands: `tile` (Q4_0, Q4_1
-//! and Q8_0 rows against groups of vectors), `k_quants` (Q4_K, Q5_K, Q6_K), `packed`
+//! The x86-64 kernels of the block formats, named by their operands: `tile` (Q4_0, Q4_1,
+//! Q5_0, Q5_1 and Q8_0 rows against groups of vectors), `k_quants` (Q4_K, Q5_K, Q6_K), `packed`
 //! and `packed_512` (the repacked panels of [`PackedMatrix`](super::PackedMatrix) in
 //! 256- and 512-bit registers) and `round` (activations to 8 bits).
 //!
@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use super::QK;
 use super::activations::BlockQ8;
 use super::format::Half;
-use super::formats::BlockQ4_1;
+use super::formats::{BlockQ4_1, BlockQ5_1};
 use crate::cpu::x86::{load16, load32};
 
 pub(crate) mod k_quants;
@@ -60,6 +60,25 @@ pub(super) fn unpack_nibbles(q: __m128i) -> __m256i {
     _mm256_and_si256(both, _mm256_set1_epi8(0xF))
 }
 
+/// The fifth bits of a Q5 block (bit `i` of the little-endian `qh` is value `i`'s) as
+/// 16 in the bytes whose bit is set, 0 elsewhere: byte `i` of a broadcast picks the
+/// byte of `qh` that holds bit `i`, and an OR with every bit but that one's makes the
+/// byte all ones exactly when the bit is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn fifth_bits(qh: [u8; 4]) -> __m256i {
+    let which_byte = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(i32::from_le_bytes(qh)), which_byte);
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi8(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(16))
+}
+
 /// A half float, converted by the F16C unit.
 #[inline]
 #[target_feature(enable = "f16c")]
@@ -68,12 +87,33 @@ pub(super) fn h2f(h: Half) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
-/// A Q4_1 block's scale and min (side by side in the block), converted together and
-/// each broadcast to all lanes.
+/// A block whose scale and min lie side by side at its start.
+pub(super) trait ScaleMin {
+    /// The scale and the min.
+    fn scale_min(&self) -> (Half, Half);
+}
+
+impl ScaleMin for BlockQ4_1 {
+    #[inline(always)]
+    fn scale_min(&self) -> (Half, Half) {
+        (self.d, self.m)
+    }
+}
+
+impl ScaleMin for BlockQ5_1 {
+    #[inline(always)]
+    fn scale_min(&self) -> (Half, Half) {
+        (self.d, self.m)
+    }
+}
+
+/// A block's scale and min, converted together (one 32-bit load: they are side by
+/// side) and each broadcast to all lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn h2f_pair(b: &BlockQ4_1) -> (__m256, __m256) {
-    let bits = i32::from_le_bytes([b.d.0[0], b.d.0[1], b.m.0[0], b.m.0[1]]);
+pub(super) fn h2f_pair(b: &impl ScaleMin) -> (__m256, __m256) {
+    let (d, m) = b.scale_min();
+    let bits = i32::from_le_bytes([d.0[0], d.0[1], m.0[0], m.0[1]]);
     let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
     (
         _mm256_broadcastss_ps(both),

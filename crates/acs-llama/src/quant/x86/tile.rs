@@ -1,4 +1,4 @@
-//! The 32-wide formats' tile kernels (Q4_0, Q4_1, Q8_0): `R` weight rows against `V`
+//! The 32-wide formats' tile kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): `R` weight rows against `V`
 //! activation vectors at a time.
 
 use std::arch::x86_64::*;
@@ -8,7 +8,7 @@ use crate::cpu::x86::{Avx2Token, hsum_ps, load8f};
 use crate::quant::GgmlType;
 use crate::quant::activations::{GROUP, QuantizedActivations};
 use crate::quant::format::blocks;
-use crate::quant::formats::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use crate::quant::formats::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// `hsum(acc[r][v]) + k · off[r][lane + v]`: a tile's results.
 #[inline]
@@ -93,6 +93,60 @@ macro_rules! tile_kernels {
 
             #[inline]
             #[target_feature(enable = $features)]
+            pub(crate) fn q5_0<const R: usize, const V: usize>(
+                rows: [&[u8]; R],
+                x: Xs<'_>,
+            ) -> [[f32; V]; R] {
+                let rows: [&[BlockQ5_0]; R] = rows.map(blocks);
+                let mut acc = [[_mm256_setzero_ps(); V]; R];
+                let mut off = [_mm256_setzero_ps(); R];
+                for i in 0..x.nb {
+                    let s8 = load8f(&x.sums[i * GROUP..]);
+                    for r in 0..R {
+                        let b = &rows[r][i];
+                        let d = _mm256_set1_ps(h2f(b.d));
+                        let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
+                        off[r] = _mm256_fmadd_ps(d, s8, off[r]);
+                        for v in 0..V {
+                            let xb = &x.blocks[v * x.nb + i];
+                            let p = $idot(w, load_x(xb));
+                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                        }
+                    }
+                }
+                finish(acc, off, -16.0, x.lane)
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(crate) fn q5_1<const R: usize, const V: usize>(
+                rows: [&[u8]; R],
+                x: Xs<'_>,
+            ) -> [[f32; V]; R] {
+                let rows: [&[BlockQ5_1]; R] = rows.map(blocks);
+                let mut acc = [[_mm256_setzero_ps(); V]; R];
+                let mut off = [_mm256_setzero_ps(); R];
+                for i in 0..x.nb {
+                    let s8 = load8f(&x.sums[i * GROUP..]);
+                    for r in 0..R {
+                        let b = &rows[r][i];
+                        let (d, m) = h2f_pair(b);
+                        let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
+                        off[r] = _mm256_fmadd_ps(m, s8, off[r]);
+                        for v in 0..V {
+                            let xb = &x.blocks[v * x.nb + i];
+                            let p = $idot(w, load_x(xb));
+                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                        }
+                    }
+                }
+                finish(acc, off, 1.0, x.lane)
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
             pub(crate) fn q8_0<const R: usize, const V: usize>(
                 rows: [&[u8]; R],
                 x: Xs<'_>,
@@ -122,7 +176,7 @@ macro_rules! tile_kernels {
 tile_kernels!(vnni, "avx2,fma,f16c,avxvnni", mul_sum_us8_vnni);
 tile_kernels!(plain, "avx2,fma,f16c", mul_sum_us8);
 
-/// One tile of a Q4_0, Q4_1 or Q8_0 matrix (see `tile_kernels`).
+/// One tile of a matrix of a [`TILED`] format (see `tile_kernels`).
 #[inline]
 pub(crate) fn tile<const R: usize, const V: usize>(
     t: Avx2Token,
@@ -141,9 +195,13 @@ pub(crate) fn tile<const R: usize, const V: usize>(
             (GgmlType::Q4_0, false) => plain::q4_0(rows, x),
             (GgmlType::Q4_1, true) => vnni::q4_1(rows, x),
             (GgmlType::Q4_1, false) => plain::q4_1(rows, x),
+            (GgmlType::Q5_0, true) => vnni::q5_0(rows, x),
+            (GgmlType::Q5_0, false) => plain::q5_0(rows, x),
+            (GgmlType::Q5_1, true) => vnni::q5_1(rows, x),
+            (GgmlType::Q5_1, false) => plain::q5_1(rows, x),
             (GgmlType::Q8_0, true) => vnni::q8_0(rows, x),
             (GgmlType::Q8_0, false) => plain::q8_0(rows, x),
-            _ => unreachable!("tile kernels exist for Q4_0, Q4_1 and Q8_0 only"),
+            _ => unreachable!("tile kernels exist for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 only"),
         }
     }
 }
@@ -152,7 +210,16 @@ pub(crate) fn tile<const R: usize, const V: usize>(
 /// within a core's L1 data cache.
 const STRETCH: usize = 32;
 
-/// Rows `rows` of a Q4_0, Q4_1 or Q8_0 matrix against every vector of `qx`, in
+/// The formats with tile kernels.
+pub(crate) const TILED: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+/// Rows `rows` of a matrix of a [`TILED`] format against every vector of `qx`, in
 /// tiles; `put(v, r, value)` takes each result. `false` (and nothing done) for
 /// other formats.
 pub(crate) fn matmul_rows(
@@ -164,7 +231,7 @@ pub(crate) fn matmul_rows(
     qx: &QuantizedActivations,
     put: &mut impl FnMut(usize, usize, f32),
 ) -> bool {
-    if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+    if !TILED.contains(&ty) {
         return false;
     }
     let nb = qx.nb;

@@ -6,12 +6,14 @@ use crate::quant::GgmlType;
 use super::const_u32;
 
 /// The weight formats with a WGSL kernel here.
-pub const SUPPORTED: [GgmlType; 9] = [
+pub const SUPPORTED: [GgmlType; 11] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q5_K,

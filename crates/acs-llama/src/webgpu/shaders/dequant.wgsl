@@ -2,7 +2,8 @@
 // weights shares. The including shader declares `W: array<u32>` (the tensor's raw
 // bytes as little-endian words) and the host prepends `const FORMAT: u32 = <ggml type
 // id>;`, so each weight format gets its own pipeline with the other cases folded away.
-// Block layouts are ggml's (see quant.rs); every field sits at an even byte offset.
+// Block layouts are ggml's (see quant/formats/); every field sits at an even byte
+// offset.
 
 // The 32 values `fill` expanded last.
 var<private> y: array<f32, 32>;
@@ -60,7 +61,7 @@ fn q6k_value(b: u32, e: u32) -> f32 {
 }
 
 // Expands values [32c, 32c + 32) of the row whose bytes start at `o` into `y`, with
-// the same f32 operations as quant.rs's dequantize_block.
+// the same f32 operations as the CPU's `Format::dequantize`.
 fn fill(o: u32, c: u32) {
     switch FORMAT {
         // F32
@@ -108,6 +109,41 @@ fn fill(o: u32, c: u32) {
                     let v = q >> (8u * k);
                     y[4u * i + k] = d * f32(v & 15u) + m;
                     y[4u * i + k + 16u] = d * f32((v >> 4u) & 15u) + m;
+                }
+            }
+        }
+        // Q5_0: the fifth bits in the word after the scale.
+        case 6u: {
+            let b = o + 22u * c;
+            let d = f16_at(b);
+            let h = word_at(b + 2u);
+            for (var i = 0u; i < 4u; i++) {
+                let q = word_at(b + 6u + 4u * i);
+                for (var k = 0u; k < 4u; k++) {
+                    let v = q >> (8u * k);
+                    let j = 4u * i + k;
+                    let lo = (v & 15u) | (((h >> j) & 1u) << 4u);
+                    let hi = ((v >> 4u) & 15u) | (((h >> (j + 16u)) & 1u) << 4u);
+                    y[j] = d * (f32(lo) - 16.0);
+                    y[j + 16u] = d * (f32(hi) - 16.0);
+                }
+            }
+        }
+        // Q5_1
+        case 7u: {
+            let b = o + 24u * c;
+            let d = f16_at(b);
+            let m = f16_at(b + 2u);
+            let h = word_at(b + 4u);
+            for (var i = 0u; i < 4u; i++) {
+                let q = word_at(b + 8u + 4u * i);
+                for (var k = 0u; k < 4u; k++) {
+                    let v = q >> (8u * k);
+                    let j = 4u * i + k;
+                    let lo = (v & 15u) | (((h >> j) & 1u) << 4u);
+                    let hi = ((v >> 4u) & 15u) | (((h >> (j + 16u)) & 1u) << 4u);
+                    y[j] = d * f32(lo) + m;
+                    y[j + 16u] = d * f32(hi) + m;
                 }
             }
         }

@@ -38,6 +38,10 @@ pub struct BenchArgs {
     /// Repetitions; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Measure the forward pass alone, without the engine's shapes (whose runs take
+    /// minutes on models of a billion parameters or more).
+    #[arg(long)]
+    forward_only: bool,
     /// Also run llama.cpp (llama-cpp-python) on the same file, with the same shapes.
     #[arg(long)]
     llama_cpp: bool,
@@ -146,12 +150,14 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             100.0 * r8 / peak
         );
     }
-    engine_bench(
-        &model,
-        a.decode_tokens,
-        a.repeat,
-        &prompt(&model, a.long_prompt_tokens),
-    )?;
+    if !a.forward_only {
+        engine_bench(
+            &model,
+            a.decode_tokens,
+            a.repeat,
+            &prompt(&model, a.long_prompt_tokens),
+        )?;
+    }
     if let (Some(b), Some(e)) = (before, cpu_times()) {
         let share = 100.0 * e.steal.saturating_sub(b.steal) as f64
             / e.total.saturating_sub(b.total).max(1) as f64;

@@ -1,14 +1,15 @@
 //! Matrices repacked once at load time into panels of rows, the layout of the fastest
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
-use super::formats::{BlockQ4_1, BlockQ8_0};
+use super::format::Half;
+use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
 
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 pub(crate) const PANEL: usize = 8;
 
-/// A Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// A Q4_0, Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
 /// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
 /// with AVX-512) by four values each, and the rows' scales convert with one
 /// instruction, so a block of eight rows costs a fraction of the instructions of
@@ -18,7 +19,10 @@ pub(crate) const PANEL: usize = 8;
 /// the AVX-512 ones (one register's lanes); in each, block after block:
 /// - Q4_1, `20w` bytes: the rows' f16 scales, their f16 mins, then for `g` in 0..4
 ///   the rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high nibbles:
-///   values `16 + 4g..`);
+///   values `16 + 4g..`); Q4_0 comes in the same panels, its value `d·(q − 8)` being
+///   Q4_1's `d·q + m` with the min `m = −8d`, exact in f16 (a power of two times `d`;
+///   a matrix whose `8|d|` would overflow stays unpacked), so one set of kernels
+///   serves both;
 /// - Q8_0, `34w` bytes: the rows' f16 scales, then for `g` in 0..8 the rows' values
 ///   `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it takes
 ///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
@@ -30,6 +34,7 @@ pub(crate) const PANEL: usize = 8;
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
+    /// The panels' layout: Q4_1 (for Q4_0 matrices too) or Q8_0.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -63,7 +68,7 @@ impl PackedMatrix {
     }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2; Q4_1 and Q8_0) and the rows fill whole 8-row panels;
+    /// the packed layout (AVX2; Q4_0, Q4_1 and Q8_0) and the rows fill whole 8-row panels;
     /// `None` otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
         Self::pack(Isa::detect(), ty, weights, n_rows, n_cols)
@@ -78,15 +83,23 @@ impl PackedMatrix {
         n_cols: usize,
     ) -> Option<Self> {
         let (plus_128, width) = panels(isa)?;
-        if !matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0) {
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
             return None;
         }
         let rb = ty.row_bytes(n_cols).ok()?;
         if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
             return None;
         }
+        if ty == GgmlType::Q4_0 && !q4_0_mins_fit(weights) {
+            return None;
+        }
+        let layout = if ty == GgmlType::Q8_0 {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q4_1
+        };
         let nb = n_cols / QK;
-        let (src_block, dst_block) = (rb / nb, Self::block_bytes(ty, width));
+        let (src_block, dst_block) = (rb / nb, Self::block_bytes(layout, width));
         let mut data = vec![0u8; n_rows.div_ceil(width) * nb * dst_block];
         for (p, dst) in data.chunks_exact_mut(nb * dst_block).enumerate() {
             let rows = p * width..((p + 1) * width).min(n_rows);
@@ -94,12 +107,22 @@ impl PackedMatrix {
                 for (r, row) in rows.clone().enumerate() {
                     let at = row * rb + src_block * i;
                     let b = &weights[at..at + src_block];
-                    if ty == GgmlType::Q4_1 {
-                        let b: &BlockQ4_1 = bytemuck::from_bytes(b);
-                        out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
-                        let m = 2 * width + 2 * r;
-                        out[m..m + 2].copy_from_slice(&b.m.0);
-                        for (g, q) in b.qs.chunks_exact(4).enumerate() {
+                    let q4 = match ty {
+                        GgmlType::Q4_1 => {
+                            let b: &BlockQ4_1 = bytemuck::from_bytes(b);
+                            Some((b.d, b.m, &b.qs))
+                        }
+                        GgmlType::Q4_0 => {
+                            let b: &BlockQ4_0 = bytemuck::from_bytes(b);
+                            Some((b.d, q4_0_min(b.d), &b.qs))
+                        }
+                        _ => None,
+                    };
+                    if let Some((d, m, qs)) = q4 {
+                        out[2 * r..2 * r + 2].copy_from_slice(&d.0);
+                        let at = 2 * width + 2 * r;
+                        out[at..at + 2].copy_from_slice(&m.0);
+                        for (g, q) in qs.chunks_exact(4).enumerate() {
                             let at = 4 * width * (g + 1) + 4 * r;
                             out[at..at + 4].copy_from_slice(q);
                         }
@@ -117,7 +140,7 @@ impl PackedMatrix {
             }
         }
         Some(PackedMatrix {
-            ty,
+            ty: layout,
             plus_128,
             panel_rows: width,
             n_rows,
@@ -125,6 +148,21 @@ impl PackedMatrix {
             data,
         })
     }
+}
+
+/// The Q4_1 min that gives a Q4_0 block's values: `−8d`, exactly (`d` times a power
+/// of two, in range when [`q4_0_mins_fit`]).
+fn q4_0_min(d: Half) -> Half {
+    let mut m = Half::default();
+    m.set(-8.0 * d.get());
+    m
+}
+
+/// Whether every block of a Q4_0 matrix has a finite `−8d` in f16.
+fn q4_0_mins_fit(weights: &[u8]) -> bool {
+    bytemuck::cast_slice::<u8, BlockQ4_0>(weights)
+        .iter()
+        .all(|b| (8.0 * b.d.get()).abs() <= f32::from(half::f16::MAX))
 }
 
 /// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and if

@@ -283,7 +283,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
         .map(|(i, &v)| if i % 3 == 0 { 127.0 } else { v * 127.0 })
         .collect();
     qx.quantize_from(&xs, cols).unwrap();
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w: Vec<u8> = values(12 + u64::from(ty.id()), rb * rows)
             .iter()
@@ -322,7 +322,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
 
 #[test]
 fn packed_matches_plain_and_batches_exactly() {
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         packed_case(ty);
     }
 }

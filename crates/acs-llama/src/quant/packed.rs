@@ -2,14 +2,14 @@
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
 use super::format::Half;
-use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ8_0, unpack_scales_k4};
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
 
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 pub(crate) const PANEL: usize = 8;
 
-/// A Q4_0, Q4_1 or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// A Q4_0, Q4_1, Q4_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
 /// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
 /// with AVX-512) by four values each, and the rows' scales convert with one
 /// instruction, so a block of eight rows costs a fraction of the instructions of
@@ -23,6 +23,12 @@ pub(crate) const PANEL: usize = 8;
 ///   Q4_1's `d·q + m` with the min `m = −8d`, exact in f16 (a power of two times `d`;
 ///   a matrix whose `8|d|` would overflow stays unpacked), so one set of kernels
 ///   serves both;
+/// - Q4_K, `148w` bytes a super-block of 256 values: the rows' f16 `d`, their f16
+///   `dmin`, for each sub-block `j` in 0..8 the rows' 6-bit scales as bytes, then the
+///   same for the mins, then for each sub-block the rows' 16 quant bytes in Q4_1's
+///   panel order (byte `k` holding the sub-block's values `k` and `16 + k`): the
+///   Q4_1 kernels' loop, with each sub-block's scale `d·sc` and min `dmin·m` made in
+///   f32 (exactly: an f16 times a 6-bit integer) rather than loaded;
 /// - Q8_0, `34w` bytes: the rows' f16 scales, then for `g` in 0..8 the rows' values
 ///   `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it takes
 ///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
@@ -34,7 +40,7 @@ pub(crate) const PANEL: usize = 8;
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
-    /// The panels' layout: Q4_1 (for Q4_0 matrices too) or Q8_0.
+    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q4_K or Q8_0.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -51,19 +57,20 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1 panels are the same
-    /// for every kernel, Q8_0 ones only when stored plus 128.
+    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1 and Q4_K panels are
+    /// the same for every kernel, Q8_0 ones only when stored plus 128.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn for_dpbusd(&self) -> bool {
-        self.ty == GgmlType::Q4_1 || self.plus_128
+        self.ty != GgmlType::Q8_0 || self.plus_128
     }
 
-    /// Bytes of one block of a panel of `rows` rows.
+    /// Bytes of one panel of `rows` rows and `nb` blocks of 32 values, in `layout`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) fn block_bytes(ty: GgmlType, rows: usize) -> usize {
-        match ty {
-            GgmlType::Q8_0 => 34 * rows,
-            _ => 20 * rows,
+    pub(crate) fn panel_bytes(layout: GgmlType, rows: usize, nb: usize) -> usize {
+        match layout {
+            GgmlType::Q8_0 => 34 * rows * nb,
+            GgmlType::Q4_K => 148 * rows * nb / 8,
+            _ => 20 * rows * nb,
         }
     }
 
@@ -83,7 +90,10 @@ impl PackedMatrix {
         n_cols: usize,
     ) -> Option<Self> {
         let (plus_128, width) = panels(isa)?;
-        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+        if !matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0
+        ) {
             return None;
         }
         let rb = ty.row_bytes(n_cols).ok()?;
@@ -93,15 +103,29 @@ impl PackedMatrix {
         if ty == GgmlType::Q4_0 && !q4_0_mins_fit(weights) {
             return None;
         }
-        let layout = if ty == GgmlType::Q8_0 {
-            GgmlType::Q8_0
-        } else {
-            GgmlType::Q4_1
+        let layout = match ty {
+            GgmlType::Q8_0 | GgmlType::Q4_K => ty,
+            _ => GgmlType::Q4_1,
         };
         let nb = n_cols / QK;
-        let (src_block, dst_block) = (rb / nb, Self::block_bytes(layout, width));
-        let mut data = vec![0u8; n_rows.div_ceil(width) * nb * dst_block];
-        for (p, dst) in data.chunks_exact_mut(nb * dst_block).enumerate() {
+        let panel = Self::panel_bytes(layout, width, nb);
+        let mut data = vec![0u8; n_rows.div_ceil(width) * panel];
+        if ty == GgmlType::Q4_K {
+            for (p, dst) in data.chunks_exact_mut(panel).enumerate() {
+                let rows = p * width..((p + 1) * width).min(n_rows);
+                pack_q4_k(weights, rb, rows, width, dst);
+            }
+            return Some(PackedMatrix {
+                ty: layout,
+                plus_128,
+                panel_rows: width,
+                n_rows,
+                n_cols,
+                data,
+            });
+        }
+        let (src_block, dst_block) = (rb / nb, panel / nb);
+        for (p, dst) in data.chunks_exact_mut(panel).enumerate() {
             let rows = p * width..((p + 1) * width).min(n_rows);
             for (i, out) in dst.chunks_exact_mut(dst_block).enumerate() {
                 for (r, row) in rows.clone().enumerate() {
@@ -147,6 +171,41 @@ impl PackedMatrix {
             n_cols,
             data,
         })
+    }
+}
+
+/// One panel of Q4_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
+/// the layout [`PackedMatrix`] gives, `width` rows a panel.
+fn pack_q4_k(
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    width: usize,
+    dst: &mut [u8],
+) {
+    let block = 148 * width;
+    for (sb, out) in dst.chunks_exact_mut(block).enumerate() {
+        for (r, row) in rows.clone().enumerate() {
+            let at = row * rb + sb * size_of::<BlockQ4K>();
+            let b: &BlockQ4K = bytemuck::from_bytes(&weights[at..at + size_of::<BlockQ4K>()]);
+            out[2 * r..2 * r + 2].copy_from_slice(&b.scales.d.0);
+            out[2 * width + 2 * r..][..2].copy_from_slice(&b.scales.dmin.0);
+            let (sc, mn) = unpack_scales_k4(&b.scales.packed);
+            for j in 0..8 {
+                out[4 * width + j * width + r] = sc[j];
+                out[12 * width + j * width + r] = mn[j];
+            }
+            for j in 0..8 {
+                // Sub-block j's values: nibbles of bytes 32(j / 2).., low for even j.
+                let q = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let v = |l: usize| (q[l] >> (4 * (j % 2))) & 0xF;
+                for k in 0..16 {
+                    let (g, e) = (k / 4, k % 4);
+                    out[20 * width + 16 * width * j + 4 * width * g + 4 * r + e] =
+                        v(k) | (v(16 + k) << 4);
+                }
+            }
+        }
     }
 }
 

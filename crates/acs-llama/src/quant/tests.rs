@@ -238,7 +238,12 @@ fn wide_panels_match_narrow_panels_exactly() {
     let Some(t) = Avx2Token::detect() else {
         return;
     };
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q8_0,
+    ] {
         let (rows, cols) = (40, 256);
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
@@ -283,14 +288,23 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
         .map(|(i, &v)| if i % 3 == 0 { 127.0 } else { v * 127.0 })
         .collect();
     qx.quantize_from(&xs, cols).unwrap();
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q8_0,
+    ] {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w: Vec<u8> = values(12 + u64::from(ty.id()), rb * rows)
             .iter()
             .map(|v| (v * 127.0) as i8 as u8)
             .collect();
         // Finite, modest scales (and mins): random f16 bits may be NaN.
-        let scales = if ty == GgmlType::Q4_1 { 2 } else { 1 };
+        let scales = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K) {
+            2
+        } else {
+            1
+        };
         for block in w.chunks_exact_mut(ty.block_bytes()) {
             for k in 0..scales {
                 let v = 0.01 + f32::from(block[2 * k + 1] & 7) * 0.003;
@@ -322,7 +336,12 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
 
 #[test]
 fn packed_matches_plain_and_batches_exactly() {
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q8_0,
+    ] {
         packed_case(ty);
     }
 }

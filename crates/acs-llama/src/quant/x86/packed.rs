@@ -115,6 +115,78 @@ packed_q4_1_kernel!(
     q4_1_widen_plain
 );
 
+/// Eight rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bytes8_ps(b: &[u8]) -> __m256 {
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
+}
+
+/// Q4_K panels of a [`PackedMatrix`] against `V` vectors: per super-block, its
+/// sub-blocks run the Q4_1 panels' loop (`$step`, `$widen`), with each sub-block's
+/// scale `d·sc` and min `dmin·m` made from the rows' f16 `d`, `dmin` and 6-bit
+/// bytes. Every (row, vector) pair sees the same operations in the same order
+/// whatever `V`.
+macro_rules! packed_q4_k_kernel {
+    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let mask = _mm256_set1_epi8(0xF);
+            let share = prefetch_stride(ahead, x.nb / 8);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for sb in 0..x.nb / 8 {
+                let b = &panel[1184 * sb..1184 * sb + 1184];
+                prefetch_share(ahead, sb, share);
+                let d = _mm256_cvtph_ps(load16(b));
+                let dmin = _mm256_cvtph_ps(load16(&b[16..]));
+                for j in 0..8 {
+                    let i = 8 * sb + j;
+                    let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
+                    let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
+                    let q = &b[160 + 128 * j..160 + 128 * j + 128];
+                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                    let mut sums = [_mm256_setzero_si256(); V];
+                    for g in 0..4 {
+                        let wg = load32(&q[32 * g..]);
+                        let wl = _mm256_and_si256(wg, mask);
+                        let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+                        for (s, qs) in sums.iter_mut().zip(xs) {
+                            *s = $step(
+                                *s,
+                                wl,
+                                wh,
+                                broadcast4(qs, 4 * g),
+                                broadcast4(qs, 16 + 4 * g),
+                            );
+                        }
+                    }
+                    for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let p = _mm256_cvtepi32_ps($widen(s));
+                        *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(sc, _mm256_set1_ps(xb.d)), *acc);
+                        *acc = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb.s), *acc);
+                    }
+                }
+            }
+            std::array::from_fn(|v| lanes(acc[v]))
+        }
+    };
+}
+packed_q4_k_kernel!(
+    packed_q4_k_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q4_1_step_vnni,
+    q4_1_widen_vnni
+);
+packed_q4_k_kernel!(
+    packed_q4_k_plain,
+    "avx2,fma,f16c",
+    q4_1_step_plain,
+    q4_1_widen_plain
+);
+
 /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
 /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
 /// unsigned operand first, and these pair sums, at most 2 × 128 × 127, cannot
@@ -210,7 +282,7 @@ pub(crate) fn packed_rows(
 ) {
     let nb = qx.nb;
     let width = pm.panel_rows;
-    let panel_bytes = nb * PackedMatrix::block_bytes(pm.ty, width);
+    let panel_bytes = PackedMatrix::panel_bytes(pm.ty, width, nb);
     let panel = |r0: usize| {
         let p = r0 / width;
         &pm.data[p * panel_bytes..(p + 1) * panel_bytes]
@@ -224,7 +296,6 @@ pub(crate) fn packed_rows(
             "16-row panels are packed for the AVX-512 kernels alone"
         );
         debug_assert!(rows.start.is_multiple_of(width), "whole panels");
-        let q8 = pm.ty == GgmlType::Q8_0;
         for r0 in rows.clone().step_by(width) {
             let this = panel(r0);
             // The next panel, whether this task's or the next one's (none past
@@ -259,14 +330,14 @@ pub(crate) fn packed_rows(
                 // touch memory only through bounds-checked slicing.
                 unsafe {
                     match nv {
-                        1 => emit(&packed_512::<1>(q8, this, ahead, x)),
-                        2 => emit(&packed_512::<2>(q8, this, ahead, x)),
-                        3 => emit(&packed_512::<3>(q8, this, ahead, x)),
-                        4 => emit(&packed_512::<4>(q8, this, ahead, x)),
-                        5 => emit(&packed_512::<5>(q8, this, ahead, x)),
-                        6 => emit(&packed_512::<6>(q8, this, ahead, x)),
-                        7 => emit(&packed_512::<7>(q8, this, ahead, x)),
-                        _ => emit(&packed_512::<8>(q8, this, ahead, x)),
+                        1 => emit(&packed_512::<1>(pm.ty, this, ahead, x)),
+                        2 => emit(&packed_512::<2>(pm.ty, this, ahead, x)),
+                        3 => emit(&packed_512::<3>(pm.ty, this, ahead, x)),
+                        4 => emit(&packed_512::<4>(pm.ty, this, ahead, x)),
+                        5 => emit(&packed_512::<5>(pm.ty, this, ahead, x)),
+                        6 => emit(&packed_512::<6>(pm.ty, this, ahead, x)),
+                        7 => emit(&packed_512::<7>(pm.ty, this, ahead, x)),
+                        _ => emit(&packed_512::<8>(pm.ty, this, ahead, x)),
                     }
                 }
             }
@@ -301,6 +372,19 @@ pub(crate) fn packed_rows(
             // only through bounds-checked slicing and their own arrays.
             unsafe {
                 let vnni = t.vnni() && pm.for_dpbusd();
+                if pm.ty == GgmlType::Q4_K {
+                    match (nv, vnni) {
+                        (1, true) => emit(&packed_q4_k_vnni::<1>(panel, ahead, x)),
+                        (2, true) => emit(&packed_q4_k_vnni::<2>(panel, ahead, x)),
+                        (3, true) => emit(&packed_q4_k_vnni::<3>(panel, ahead, x)),
+                        (_, true) => emit(&packed_q4_k_vnni::<4>(panel, ahead, x)),
+                        (1, false) => emit(&packed_q4_k_plain::<1>(panel, ahead, x)),
+                        (2, false) => emit(&packed_q4_k_plain::<2>(panel, ahead, x)),
+                        (3, false) => emit(&packed_q4_k_plain::<3>(panel, ahead, x)),
+                        (_, false) => emit(&packed_q4_k_plain::<4>(panel, ahead, x)),
+                    }
+                    continue;
+                }
                 match (pm.ty == GgmlType::Q8_0, nv, vnni) {
                     (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, ahead, x)),
                     (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, ahead, x)),

@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::*;
+use crate::quant::GgmlType;
 
 /// Sixty-four bytes of a 16-row panel: four of each row, row `k` in lane `k`.
 #[inline]
@@ -88,9 +89,9 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
     }
 }
 
-/// One block of a panel (`b`, Q8_0's bytes if `Q8`, else Q4_1's) against every
-/// vector, as integer sums: Q8_0's plus 128 times the vector's sum (its values
-/// are stored plus 128), Q4_1's of the unsigned nibbles.
+/// One block's weights (`q`: Q8_0's values if `Q8`, else Q4_1's nibbles, of a
+/// panel) against every vector, as integer sums: Q8_0's plus 128 times the
+/// vector's sum (its values are stored plus 128), Q4_1's of the unsigned nibbles.
 ///
 /// Each group goes to every vector before the next group, so that the vectors'
 /// sums, independent chains, lie side by side in the instruction stream. One
@@ -99,16 +100,16 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
 /// low and high halves (see [`split_sums`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn block_sums<const V: usize, const Q8: bool>(b: &[u8], xb: &[&BlockQ8; V]) -> [__m512i; V] {
+fn block_sums<const V: usize, const Q8: bool>(q: &[u8], xb: &[&BlockQ8; V]) -> [__m512i; V] {
     let mask = _mm512_set1_epi8(0xF);
     let mut lo = [_mm512_setzero_si512(); V];
     let mut hi = [_mm512_setzero_si512(); V];
     for g in 0..4 {
         // The weights to multiply with values 4g..4g + 4 and 16 + 4g..20 + 4g.
         let (wl, wh) = if Q8 {
-            (load64(&b[32 + 64 * g..]), load64(&b[288 + 64 * g..]))
+            (load64(&q[64 * g..]), load64(&q[256 + 64 * g..]))
         } else {
-            let wg = load64(&b[64 + 64 * g..]);
+            let wg = load64(&q[64 * g..]);
             let high = _mm512_srli_epi16(wg, 4);
             (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
         };
@@ -140,7 +141,7 @@ fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         let d = halves16(b);
         let m = halves16(&b[32..]);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums::<V, false>(b, &xb);
+        let sums = block_sums::<V, false>(&b[64..], &xb);
         for v in 0..V {
             let p = _mm512_cvtepi32_ps(sums[v]);
             acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -161,12 +162,48 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         prefetch_block::<544>(next, i);
         let d = halves16(b);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums::<V, true>(b, &xb);
+        let sums = block_sums::<V, true>(&b[32..], &xb);
         for v in 0..V {
             let offset = 128 * (i32::from(xb[v].sums[0]) + i32::from(xb[v].sums[1]));
             let p = _mm512_sub_epi32(sums[v], _mm512_set1_epi32(offset));
             let sc = _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d));
             acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[v]);
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// Sixteen rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn bytes16_ps(b: &[u8]) -> __m512 {
+    let v = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
+    let v = _mm_set_epi64x((v >> 64) as i64, v as i64);
+    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+}
+
+/// [`packed_q4_k_vnni`] on a 16-row Q4_K panel (see [`packed_q4_1_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q4_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for sb in 0..x.nb / 8 {
+        let b = &panel[2368 * sb..2368 * sb + 2368];
+        prefetch_block::<2368>(next, sb);
+        let d = halves16(b);
+        let dmin = halves16(&b[32..]);
+        for j in 0..8 {
+            let i = 8 * sb + j;
+            let sc = _mm512_mul_ps(d, bytes16_ps(&b[64 + 16 * j..]));
+            let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let sums = block_sums::<V, false>(&b[320 + 256 * j..], &xb);
+            for v in 0..V {
+                let p = _mm512_cvtepi32_ps(sums[v]);
+                acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(xb[v].d)), acc[v]);
+                acc[v] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb[v].s), acc[v]);
+            }
         }
     }
     std::array::from_fn(|v| lanes16(acc[v]))
@@ -178,17 +215,17 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
 /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
 #[inline]
 pub(super) unsafe fn packed_512<const V: usize>(
-    q8: bool,
+    layout: GgmlType,
     panel: &[u8],
     ahead: &[u8],
     x: Xs<'_>,
 ) -> [[f32; 16]; V] {
     // SAFETY: the caller guarantees the kernels' features.
     unsafe {
-        if q8 {
-            packed_q8_0_512::<V>(panel, ahead, x)
-        } else {
-            packed_q4_1_512::<V>(panel, ahead, x)
+        match layout {
+            GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
+            GgmlType::Q4_K => packed_q4_k_512::<V>(panel, ahead, x),
+            _ => packed_q4_1_512::<V>(panel, ahead, x),
         }
     }
 }

@@ -2,14 +2,14 @@
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
 use super::format::Half;
-use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ8_0, unpack_scales_k4};
+use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, unpack_scales_k4};
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
 
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 pub(crate) const PANEL: usize = 8;
 
-/// A Q4_0, Q4_1, Q4_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// A Q4_0, Q4_1, Q4_K, Q6_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
 /// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
 /// with AVX-512) by four values each, and the rows' scales convert with one
 /// instruction, so a block of eight rows costs a fraction of the instructions of
@@ -29,6 +29,14 @@ pub(crate) const PANEL: usize = 8;
 ///   panel order (byte `k` holding the sub-block's values `k` and `16 + k`): the
 ///   Q4_1 kernels' loop, with each sub-block's scale `d·sc` and min `dmin·m` made in
 ///   f32 (exactly: an f16 times a 6-bit integer) rather than loaded;
+/// - Q6_K, `210w` bytes a super-block of 256 values: the rows' f16 `d`, for each
+///   group `t` of 16 values the rows' signed 8-bit scales, then for each block `j` of
+///   32 values: the four low bits of its values in Q4_1's panel order (`16w` bytes),
+///   and their two high bits (`8w` bytes: for `h` in 0..2, the rows' four bytes
+///   whose byte `e` holds, two bits each from the bottom, the high bits of values
+///   `8h + e`, `16 + 8h + e`, `8h + 4 + e` and `20 + 8h + e`: the values of Q4_1
+///   groups `2h` and `2h + 1` in their order). Each block's two halves keep their
+///   own sums, as their scales differ;
 /// - Q8_0, `34w` bytes: the rows' f16 scales, then for `g` in 0..8 the rows' values
 ///   `4g..4g + 4`: where the CPU has `vpdpbusd`, each plus 128 (unsigned, as it takes
 ///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
@@ -40,7 +48,7 @@ pub(crate) const PANEL: usize = 8;
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
-    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q4_K or Q8_0.
+    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q4_K, Q6_K or Q8_0.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -57,8 +65,8 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1 and Q4_K panels are
-    /// the same for every kernel, Q8_0 ones only when stored plus 128.
+    /// Whether the `vpdpbusd` kernels can take this matrix: Q4_1, Q4_K and Q6_K panels
+    /// are the same for every kernel, Q8_0 ones only when stored plus 128.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn for_dpbusd(&self) -> bool {
         self.ty != GgmlType::Q8_0 || self.plus_128
@@ -70,6 +78,7 @@ impl PackedMatrix {
         match layout {
             GgmlType::Q8_0 => 34 * rows * nb,
             GgmlType::Q4_K => 148 * rows * nb / 8,
+            GgmlType::Q6_K => 210 * rows * nb / 8,
             _ => 20 * rows * nb,
         }
     }
@@ -92,7 +101,7 @@ impl PackedMatrix {
         let (plus_128, width) = panels(isa)?;
         if !matches!(
             ty,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0
         ) {
             return None;
         }
@@ -104,16 +113,20 @@ impl PackedMatrix {
             return None;
         }
         let layout = match ty {
-            GgmlType::Q8_0 | GgmlType::Q4_K => ty,
+            GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K => ty,
             _ => GgmlType::Q4_1,
         };
         let nb = n_cols / QK;
         let panel = Self::panel_bytes(layout, width, nb);
         let mut data = vec![0u8; n_rows.div_ceil(width) * panel];
-        if ty == GgmlType::Q4_K {
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
             for (p, dst) in data.chunks_exact_mut(panel).enumerate() {
                 let rows = p * width..((p + 1) * width).min(n_rows);
-                pack_q4_k(weights, rb, rows, width, dst);
+                if ty == GgmlType::Q4_K {
+                    pack_q4_k(weights, rb, rows, width, dst);
+                } else {
+                    pack_q6_k(weights, rb, rows, width, dst);
+                }
             }
             return Some(PackedMatrix {
                 ty: layout,
@@ -203,6 +216,46 @@ fn pack_q4_k(
                     let (g, e) = (k / 4, k % 4);
                     out[20 * width + 16 * width * j + 4 * width * g + 4 * r + e] =
                         v(k) | (v(16 + k) << 4);
+                }
+            }
+        }
+    }
+}
+
+/// One panel of Q6_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
+/// the layout [`PackedMatrix`] gives, `width` rows a panel.
+fn pack_q6_k(
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    width: usize,
+    dst: &mut [u8],
+) {
+    let size = size_of::<BlockQ6K>();
+    for (sb, out) in dst.chunks_exact_mut(210 * width).enumerate() {
+        for (r, row) in rows.clone().enumerate() {
+            let at = row * rb + sb * size;
+            let b: &BlockQ6K = bytemuck::from_bytes(&weights[at..at + size]);
+            out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
+            for t in 0..16 {
+                out[2 * width + t * width + r] = b.scales[t];
+            }
+            for j in 0..8 {
+                // Block j's values, unsigned (0..64).
+                let q = |k: usize| (b.value(32 * j + k) + 32) as u8;
+                let block = &mut out[18 * width + 24 * width * j..][..24 * width];
+                for k in 0..16 {
+                    let (g, e) = (k / 4, k % 4);
+                    block[4 * width * g + 4 * r + e] = (q(k) & 0xF) | ((q(16 + k) & 0xF) << 4);
+                }
+                for h in 0..2 {
+                    for e in 0..4 {
+                        let high = [8 * h + e, 16 + 8 * h + e, 8 * h + 4 + e, 20 + 8 * h + e]
+                            .iter()
+                            .enumerate()
+                            .fold(0u8, |acc, (n, &k)| acc | ((q(k) >> 4) << (2 * n)));
+                        block[16 * width + 4 * width * h + 4 * r + e] = high;
+                    }
                 }
             }
         }

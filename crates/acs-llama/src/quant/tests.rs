@@ -242,6 +242,7 @@ fn wide_panels_match_narrow_panels_exactly() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q4_K,
+        GgmlType::Q6_K,
         GgmlType::Q8_0,
     ] {
         let (rows, cols) = (40, 256);
@@ -292,6 +293,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q4_K,
+        GgmlType::Q6_K,
         GgmlType::Q8_0,
     ] {
         let rb = ty.row_bytes(cols).unwrap();
@@ -300,15 +302,15 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
             .map(|v| (v * 127.0) as i8 as u8)
             .collect();
         // Finite, modest scales (and mins): random f16 bits may be NaN.
-        let scales = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K) {
-            2
-        } else {
-            1
+        let at: &[usize] = match ty {
+            GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[0],
         };
         for block in w.chunks_exact_mut(ty.block_bytes()) {
-            for k in 0..scales {
-                let v = 0.01 + f32::from(block[2 * k + 1] & 7) * 0.003;
-                put_f16(&mut block[2 * k..], v);
+            for &a in at {
+                let v = 0.01 + f32::from(block[a + 1] & 7) * 0.003;
+                put_f16(&mut block[a..], v);
             }
         }
         let expect: Vec<f32> = (0..qx.count)
@@ -340,6 +342,7 @@ fn packed_matches_plain_and_batches_exactly() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q4_K,
+        GgmlType::Q6_K,
         GgmlType::Q8_0,
     ] {
         packed_case(ty);

@@ -35,7 +35,7 @@ pub(crate) struct BlockQ6K {
 impl BlockQ6K {
     /// The signed 6-bit value of element `e` (0..256).
     #[inline(always)]
-    fn value(&self, e: usize) -> i8 {
+    pub(crate) fn value(&self, e: usize) -> i8 {
         let (half, p) = (e / 128, e % 128);
         let (g, l) = (p / 32, p % 32);
         let ql = self.ql[64 * half + (g & 1) * 32 + l];

@@ -187,6 +187,95 @@ packed_q4_k_kernel!(
     q4_1_widen_plain
 );
 
+/// Eight rows' signed 8-bit scales of one Q6_K group of 16 values, as floats.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sbytes8_ps(b: &[u8]) -> __m256 {
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v as i64)))
+}
+
+/// `s +` Σ u8 × i8 of four values per lane, with AVX-VNNI.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn q6_step_vnni(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    add_mul_sum_us8_vnni(s, w, x)
+}
+
+/// [`q6_step_vnni`] without VNNI, widened at once: a pair of 6-bit values and
+/// activations reaches 2 × 63 × 127, so two of them could overflow 16 bits. The
+/// integer sums are exact either way.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q6_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    _mm256_add_epi32(s, mul_sum_us8(w, x))
+}
+
+/// Q6_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values,
+/// the Q4_1 panels' groups with each value's two high bits added from their own
+/// bytes, a sum per half (their scales differ), the `32 ×` offset of the stored
+/// values taken off each half in integers with the activations' half sums, then the
+/// halves' scales `d·sc` (exact in f32). Every (row, vector) pair sees the same
+/// operations in the same order whatever `V`.
+macro_rules! packed_q6_k_kernel {
+    ($name:ident, $features:tt, $step:ident) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let (mask, three) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
+            let share = prefetch_stride(ahead, x.nb / 8);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for sb in 0..x.nb / 8 {
+                let b = &panel[1680 * sb..1680 * sb + 1680];
+                prefetch_share(ahead, sb, share);
+                let d = _mm256_cvtph_ps(load16(b));
+                for j in 0..8 {
+                    let i = 8 * sb + j;
+                    let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
+                    let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
+                    let q = &b[144 + 192 * j..144 + 192 * j + 192];
+                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                    let mut lo = [_mm256_setzero_si256(); V];
+                    let mut hi = [_mm256_setzero_si256(); V];
+                    for g in 0..4 {
+                        let wg = load32(&q[32 * g..]);
+                        let hw = load32(&q[128 + 32 * (g / 2)..]);
+                        let shift = 4 * (g as i32 % 2);
+                        let high = |shift: i32| {
+                            let bits = _mm256_and_si256(
+                                _mm256_srl_epi16(hw, _mm_cvtsi32_si128(shift)),
+                                three,
+                            );
+                            _mm256_slli_epi16(bits, 4)
+                        };
+                        let wl = _mm256_or_si256(_mm256_and_si256(wg, mask), high(shift));
+                        let wh = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask),
+                            high(shift + 2),
+                        );
+                        for v in 0..V {
+                            lo[v] = $step(lo[v], wl, broadcast4(xs[v], 4 * g));
+                            hi[v] = $step(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
+                        }
+                    }
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let off = |k: usize| _mm256_set1_epi32(32 * i32::from(xb.sums[k]));
+                        let pl = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo[v], off(0)));
+                        let ph = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi[v], off(1)));
+                        let xd = _mm256_set1_ps(xb.d);
+                        acc[v] = _mm256_fmadd_ps(pl, _mm256_mul_ps(sc_lo, xd), acc[v]);
+                        acc[v] = _mm256_fmadd_ps(ph, _mm256_mul_ps(sc_hi, xd), acc[v]);
+                    }
+                }
+            }
+            std::array::from_fn(|v| lanes(acc[v]))
+        }
+    };
+}
+packed_q6_k_kernel!(packed_q6_k_vnni, "avx2,fma,f16c,avxvnni", q6_step_vnni);
+packed_q6_k_kernel!(packed_q6_k_plain, "avx2,fma,f16c", q6_step_plain);
+
 /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
 /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
 /// unsigned operand first, and these pair sums, at most 2 × 128 × 127, cannot
@@ -372,6 +461,19 @@ pub(crate) fn packed_rows(
             // only through bounds-checked slicing and their own arrays.
             unsafe {
                 let vnni = t.vnni() && pm.for_dpbusd();
+                if pm.ty == GgmlType::Q6_K {
+                    match (nv, vnni) {
+                        (1, true) => emit(&packed_q6_k_vnni::<1>(panel, ahead, x)),
+                        (2, true) => emit(&packed_q6_k_vnni::<2>(panel, ahead, x)),
+                        (3, true) => emit(&packed_q6_k_vnni::<3>(panel, ahead, x)),
+                        (_, true) => emit(&packed_q6_k_vnni::<4>(panel, ahead, x)),
+                        (1, false) => emit(&packed_q6_k_plain::<1>(panel, ahead, x)),
+                        (2, false) => emit(&packed_q6_k_plain::<2>(panel, ahead, x)),
+                        (3, false) => emit(&packed_q6_k_plain::<3>(panel, ahead, x)),
+                        (_, false) => emit(&packed_q6_k_plain::<4>(panel, ahead, x)),
+                    }
+                    continue;
+                }
                 if pm.ty == GgmlType::Q4_K {
                     match (nv, vnni) {
                         (1, true) => emit(&packed_q4_k_vnni::<1>(panel, ahead, x)),

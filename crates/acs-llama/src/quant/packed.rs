@@ -2,14 +2,16 @@
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
 use super::format::Half;
-use super::formats::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, unpack_scales_k4};
+use super::formats::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, unpack_scales_k4,
+};
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
 
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 pub(crate) const PANEL: usize = 8;
 
-/// A Q4_0, Q4_1, Q4_K, Q6_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
+/// A Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
 /// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
 /// with AVX-512) by four values each, and the rows' scales convert with one
 /// instruction, so a block of eight rows costs a fraction of the instructions of
@@ -23,6 +25,10 @@ pub(crate) const PANEL: usize = 8;
 ///   Q4_1's `d·q + m` with the min `m = −8d`, exact in f16 (a power of two times `d`;
 ///   a matrix whose `8|d|` would overflow stays unpacked), so one set of kernels
 ///   serves both;
+/// - Q5_1, `24w` bytes: Q4_1's panel of the low four bits, then the rows' fifth bits,
+///   four bytes a row whose byte `e` holds, from the bottom, the bits of values
+///   `4g + e` and `16 + 4g + e` for `g` in 0..4 (the values of Q4_1's group `g`);
+///   Q5_0 comes in the same panels with the min `m = −16d`, as Q4_0 in Q4_1's;
 /// - Q4_K, `148w` bytes a super-block of 256 values: the rows' f16 `d`, their f16
 ///   `dmin`, for each sub-block `j` in 0..8 the rows' 6-bit scales as bytes, then the
 ///   same for the mins, then for each sub-block the rows' 16 quant bytes in Q4_1's
@@ -48,7 +54,8 @@ pub(crate) const PANEL: usize = 8;
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
-    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q4_K, Q6_K or Q8_0.
+    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q5_1 (for Q5_0 too), Q4_K,
+    /// Q6_K or Q8_0.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -77,6 +84,7 @@ impl PackedMatrix {
     pub(crate) fn panel_bytes(layout: GgmlType, rows: usize, nb: usize) -> usize {
         match layout {
             GgmlType::Q8_0 => 34 * rows * nb,
+            GgmlType::Q5_1 => 24 * rows * nb,
             GgmlType::Q4_K => 148 * rows * nb / 8,
             GgmlType::Q6_K => 210 * rows * nb / 8,
             _ => 20 * rows * nb,
@@ -101,7 +109,13 @@ impl PackedMatrix {
         let (plus_128, width) = panels(isa)?;
         if !matches!(
             ty,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0
+            GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
+                | GgmlType::Q4_K
+                | GgmlType::Q6_K
+                | GgmlType::Q8_0
         ) {
             return None;
         }
@@ -109,12 +123,18 @@ impl PackedMatrix {
         if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
             return None;
         }
-        if ty == GgmlType::Q4_0 && !q4_0_mins_fit(weights) {
+        let fits = match ty {
+            GgmlType::Q4_0 => offset_mins_fit::<BlockQ4_0>(weights, |b| b.d, 8.0),
+            GgmlType::Q5_0 => offset_mins_fit::<BlockQ5_0>(weights, |b| b.d, 16.0),
+            _ => true,
+        };
+        if !fits {
             return None;
         }
         let layout = match ty {
-            GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K => ty,
-            _ => GgmlType::Q4_1,
+            GgmlType::Q4_0 => GgmlType::Q4_1,
+            GgmlType::Q5_0 => GgmlType::Q5_1,
+            _ => ty,
         };
         let nb = n_cols / QK;
         let panel = Self::panel_bytes(layout, width, nb);
@@ -144,24 +164,43 @@ impl PackedMatrix {
                 for (r, row) in rows.clone().enumerate() {
                     let at = row * rb + src_block * i;
                     let b = &weights[at..at + src_block];
+                    // Scale, min, low nibbles and, for Q5, the fifth bits' word.
                     let q4 = match ty {
                         GgmlType::Q4_1 => {
                             let b: &BlockQ4_1 = bytemuck::from_bytes(b);
-                            Some((b.d, b.m, &b.qs))
+                            Some((b.d, b.m, &b.qs, None))
                         }
                         GgmlType::Q4_0 => {
                             let b: &BlockQ4_0 = bytemuck::from_bytes(b);
-                            Some((b.d, q4_0_min(b.d), &b.qs))
+                            Some((b.d, offset_min(b.d, 8.0), &b.qs, None))
+                        }
+                        GgmlType::Q5_1 => {
+                            let b: &BlockQ5_1 = bytemuck::from_bytes(b);
+                            Some((b.d, b.m, &b.qs, Some(b.qh)))
+                        }
+                        GgmlType::Q5_0 => {
+                            let b: &BlockQ5_0 = bytemuck::from_bytes(b);
+                            Some((b.d, offset_min(b.d, 16.0), &b.qs, Some(b.qh)))
                         }
                         _ => None,
                     };
-                    if let Some((d, m, qs)) = q4 {
+                    if let Some((d, m, qs, qh)) = q4 {
                         out[2 * r..2 * r + 2].copy_from_slice(&d.0);
                         let at = 2 * width + 2 * r;
                         out[at..at + 2].copy_from_slice(&m.0);
                         for (g, q) in qs.chunks_exact(4).enumerate() {
                             let at = 4 * width * (g + 1) + 4 * r;
                             out[at..at + 4].copy_from_slice(q);
+                        }
+                        if let Some(qh) = qh {
+                            let h = u32::from_le_bytes(qh);
+                            let bit = |v: usize| ((h >> v) & 1) as u8;
+                            for e in 0..4 {
+                                out[20 * width + 4 * r + e] = (0..4).fold(0u8, |acc, g| {
+                                    acc | bit(4 * g + e) << (2 * g)
+                                        | bit(16 + 4 * g + e) << (2 * g + 1)
+                                });
+                            }
                         }
                     } else {
                         let b: &BlockQ8_0 = bytemuck::from_bytes(b);
@@ -262,19 +301,21 @@ fn pack_q6_k(
     }
 }
 
-/// The Q4_1 min that gives a Q4_0 block's values: `−8d`, exactly (`d` times a power
-/// of two, in range when [`q4_0_mins_fit`]).
-fn q4_0_min(d: Half) -> Half {
+/// The min that gives a block of an offset format its values: `−offset·d` for
+/// `d·(q − offset)`, exactly (`d` times a power of two, in range when
+/// [`offset_mins_fit`]).
+fn offset_min(d: Half, offset: f32) -> Half {
     let mut m = Half::default();
-    m.set(-8.0 * d.get());
+    m.set(-offset * d.get());
     m
 }
 
-/// Whether every block of a Q4_0 matrix has a finite `−8d` in f16.
-fn q4_0_mins_fit(weights: &[u8]) -> bool {
-    bytemuck::cast_slice::<u8, BlockQ4_0>(weights)
+/// Whether every block of a matrix of an offset format (blocks `B`, scale `d`) has
+/// a finite `−offset·d` in f16.
+fn offset_mins_fit<B: bytemuck::Pod>(weights: &[u8], d: impl Fn(&B) -> Half, offset: f32) -> bool {
+    bytemuck::cast_slice::<u8, B>(weights)
         .iter()
-        .all(|b| (8.0 * b.d.get()).abs() <= f32::from(half::f16::MAX))
+        .all(|b| (offset * d(b).get()).abs() <= f32::from(half::f16::MAX))
 }
 
 /// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and if

@@ -241,6 +241,8 @@ fn wide_panels_match_narrow_panels_exactly() {
     for ty in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
@@ -292,6 +294,8 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
     for ty in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
@@ -303,7 +307,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
             .collect();
         // Finite, modest scales (and mins): random f16 bits may be NaN.
         let at: &[usize] = match ty {
-            GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
             GgmlType::Q6_K => &[208],
             _ => &[0],
         };
@@ -341,6 +345,8 @@ fn packed_matches_plain_and_batches_exactly() {
     for ty in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q8_0,

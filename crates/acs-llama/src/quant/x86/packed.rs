@@ -55,6 +55,54 @@ fn q4_1_widen_plain(s: __m256i) -> __m256i {
     _mm256_madd_epi16(s, _mm256_set1_epi16(1))
 }
 
+/// One block of a panel's nibbles (`$q`: four groups of four bytes a row, low nibbles
+/// values `4g..`, high ones `16 + 4g..`; with Q5's fifth bits where `$high` has them)
+/// against block `$i` of the calling kernel's `V` vectors (`$x`), summed by `$step`:
+/// the Q4_1, Q5_1 and Q4_K panels' inner loop. A macro, so that each kernel inlines
+/// its own.
+macro_rules! nibble_sums {
+    ($step:ident, $q:expr, $high:expr, $x:expr, $i:expr) => {{
+        let (q, high, x, i): (&[u8], Option<__m256i>, Xs<'_>, usize) = ($q, $high, $x, $i);
+        let mask = _mm256_set1_epi8(0xF);
+        let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+        let mut sums = [_mm256_setzero_si256(); V];
+        for g in 0..4 {
+            let wg = load32(&q[32 * g..]);
+            let mut wl = _mm256_and_si256(wg, mask);
+            let mut wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+            if let Some(h) = high {
+                wl = _mm256_or_si256(wl, fifth_bit(h, 2 * g as i32));
+                wh = _mm256_or_si256(wh, fifth_bit(h, 2 * g as i32 + 1));
+            }
+            for (s, qs) in sums.iter_mut().zip(xs) {
+                *s = $step(*s, wl, wh, broadcast4(qs, 4 * g), broadcast4(qs, 16 + 4 * g));
+            }
+        }
+        sums
+    }};
+}
+
+/// Bit `shift` of each byte of a Q5 panel's fifth-bit words, as 16 (the value it adds)
+/// or 0.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fifth_bit(h: __m256i, shift: i32) -> __m256i {
+    let bit = _mm256_and_si256(
+        _mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)),
+        _mm256_set1_epi8(1),
+    );
+    _mm256_slli_epi16(bit, 4)
+}
+
+/// [`q4_1_step_plain`] for 5-bit values, widened at once: a group's pair sums reach
+/// 2 × 2 × 31 × 127, and four groups of them would overflow 16 bits.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q5_step_plain(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+    let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+    _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
 /// Q4_1 panels of a [`PackedMatrix`] against `V` vectors, compiled once per
 /// way of summing a block (`$step`, `$widen`): each lane of the accumulators is one
 /// of the panel's eight rows. One accumulator per vector takes both a block's
@@ -63,32 +111,18 @@ fn q4_1_widen_plain(s: __m256i) -> __m256i {
 /// same operations in the same order whatever `V`, so batched and single results
 /// agree exactly.
 macro_rules! packed_q4_1_kernel {
-    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+    ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal) => {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let mask = _mm256_set1_epi8(0xF);
+            let bytes = if $q5 { 192 } else { 160 };
             let share = prefetch_stride(ahead, x.nb);
             let mut acc = [_mm256_setzero_ps(); V];
             for i in 0..x.nb {
-                let b = &panel[160 * i..160 * i + 160];
+                let b = &panel[bytes * i..bytes * i + bytes];
                 prefetch_share(ahead, i, share);
-                let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-                let mut sums = [_mm256_setzero_si256(); V];
-                for g in 0..4 {
-                    let wg = load32(&b[32 + 32 * g..]);
-                    let wl = _mm256_and_si256(wg, mask);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                    for (s, qs) in sums.iter_mut().zip(xs) {
-                        *s = $step(
-                            *s,
-                            wl,
-                            wh,
-                            broadcast4(qs, 4 * g),
-                            broadcast4(qs, 16 + 4 * g),
-                        );
-                    }
-                }
+                let high = if $q5 { Some(load32(&b[160..])) } else { None };
+                let sums = nibble_sums!($step, &b[32..], high, x, i);
                 let d = _mm256_cvtph_ps(load16(b));
                 let m = _mm256_cvtph_ps(load16(&b[16..]));
                 for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
@@ -106,13 +140,29 @@ packed_q4_1_kernel!(
     packed_q4_1_vnni,
     "avx2,fma,f16c,avxvnni",
     q4_1_step_vnni,
-    q4_1_widen_vnni
+    q4_1_widen_vnni,
+    q5: false
 );
 packed_q4_1_kernel!(
     packed_q4_1_plain,
     "avx2,fma,f16c",
     q4_1_step_plain,
-    q4_1_widen_plain
+    q4_1_widen_plain,
+    q5: false
+);
+packed_q4_1_kernel!(
+    packed_q5_1_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q4_1_step_vnni,
+    q4_1_widen_vnni,
+    q5: true
+);
+packed_q4_1_kernel!(
+    packed_q5_1_plain,
+    "avx2,fma,f16c",
+    q5_step_plain,
+    q4_1_widen_vnni,
+    q5: true
 );
 
 /// Eight rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
@@ -133,7 +183,6 @@ macro_rules! packed_q4_k_kernel {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let mask = _mm256_set1_epi8(0xF);
             let share = prefetch_stride(ahead, x.nb / 8);
             let mut acc = [_mm256_setzero_ps(); V];
             for sb in 0..x.nb / 8 {
@@ -146,22 +195,7 @@ macro_rules! packed_q4_k_kernel {
                     let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
                     let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
                     let q = &b[160 + 128 * j..160 + 128 * j + 128];
-                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-                    let mut sums = [_mm256_setzero_si256(); V];
-                    for g in 0..4 {
-                        let wg = load32(&q[32 * g..]);
-                        let wl = _mm256_and_si256(wg, mask);
-                        let wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-                        for (s, qs) in sums.iter_mut().zip(xs) {
-                            *s = $step(
-                                *s,
-                                wl,
-                                wh,
-                                broadcast4(qs, 4 * g),
-                                broadcast4(qs, 16 + 4 * g),
-                            );
-                        }
-                    }
+                    let sums = nibble_sums!($step, q, None, x, i);
                     for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
                         let xb = &x.blocks[v * x.nb + i];
                         let p = _mm256_cvtepi32_ps($widen(s));
@@ -461,6 +495,19 @@ pub(crate) fn packed_rows(
             // only through bounds-checked slicing and their own arrays.
             unsafe {
                 let vnni = t.vnni() && pm.for_dpbusd();
+                if pm.ty == GgmlType::Q5_1 {
+                    match (nv, vnni) {
+                        (1, true) => emit(&packed_q5_1_vnni::<1>(panel, ahead, x)),
+                        (2, true) => emit(&packed_q5_1_vnni::<2>(panel, ahead, x)),
+                        (3, true) => emit(&packed_q5_1_vnni::<3>(panel, ahead, x)),
+                        (_, true) => emit(&packed_q5_1_vnni::<4>(panel, ahead, x)),
+                        (1, false) => emit(&packed_q5_1_plain::<1>(panel, ahead, x)),
+                        (2, false) => emit(&packed_q5_1_plain::<2>(panel, ahead, x)),
+                        (3, false) => emit(&packed_q5_1_plain::<3>(panel, ahead, x)),
+                        (_, false) => emit(&packed_q5_1_plain::<4>(panel, ahead, x)),
+                    }
+                    continue;
+                }
                 if pm.ty == GgmlType::Q6_K {
                     match (nv, vnni) {
                         (1, true) => emit(&packed_q6_k_vnni::<1>(panel, ahead, x)),

@@ -53,7 +53,7 @@ fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
     }
 }
 
-/// Asks for block `i` of the panel at `next` (blocks of `BLOCK` bytes), while
+/// Asks for block `i` of the panel at `next` (blocks of `block` bytes), while
 /// block `i` of this panel computes: the same offsets as the block's own loads,
 /// so the addresses cost no arithmetic beyond theirs, where sharing out the next
 /// panel's bytes evenly (`prefetch_share`, as the 256-bit kernels do) computed
@@ -62,10 +62,10 @@ fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
 /// --bench quant` measures it).
 #[inline]
 #[target_feature(enable = "sse")]
-fn prefetch_block<const BLOCK: usize>(next: *const u8, i: usize) {
-    for at in (0..BLOCK).step_by(64) {
+fn prefetch_block(next: *const u8, i: usize, block: usize) {
+    for at in (0..block).step_by(64) {
         // Prefetches never fault, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(BLOCK * i + at).cast());
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(block * i + at).cast());
     }
 }
 
@@ -89,8 +89,8 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
     }
 }
 
-/// One block's weights (`$q`: Q8_0's values if `$q8`, else Q4_1's nibbles, of a
-/// panel) against every one of the calling kernel's `V` vectors (`$xb`), as integer
+/// One block's weights (`$q`: Q8_0's values if `$q8`, else Q4_1's nibbles, with
+/// Q5's fifth bits where `$high` has them, of a panel) against every one of the calling kernel's `V` vectors (`$xb`), as integer
 /// sums: Q8_0's plus 128 times the vector's sum (its values are stored plus 128),
 /// Q4_1's of the unsigned nibbles. A macro, so that each kernel has its own copy
 /// inlined: a function that several kernels call is not inlined, and its call with
@@ -103,8 +103,8 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
 /// chains enough for one sum each; fewer keep two, the blocks' low and high halves
 /// (see [`split_sums`]).
 macro_rules! block_sums {
-    ($q8:expr, $q:expr, $xb:expr) => {{
-        let (q, xb): (&[u8], &[&BlockQ8; V]) = ($q, $xb);
+    ($q8:expr, $q:expr, $high:expr, $xb:expr) => {{
+        let (q, high, xb): (&[u8], Option<__m512i>, &[&BlockQ8; V]) = ($q, $high, $xb);
         let mask = _mm512_set1_epi8(0xF);
         let mut lo = [_mm512_setzero_si512(); V];
         let mut hi = [_mm512_setzero_si512(); V];
@@ -114,8 +114,15 @@ macro_rules! block_sums {
                 (load64(&q[64 * g..]), load64(&q[256 + 64 * g..]))
             } else {
                 let wg = load64(&q[64 * g..]);
-                let high = _mm512_srli_epi16(wg, 4);
-                (_mm512_and_si512(wg, mask), _mm512_and_si512(high, mask))
+                let upper = _mm512_srli_epi16(wg, 4);
+                let (wl, wh) = (_mm512_and_si512(wg, mask), _mm512_and_si512(upper, mask));
+                match high {
+                    Some(h) => (
+                        _mm512_or_si512(wl, fifth_bit_512(h, 2 * g as u32)),
+                        _mm512_or_si512(wh, fifth_bit_512(h, 2 * g as u32 + 1)),
+                    ),
+                    None => (wl, wh),
+                }
             };
             for v in 0..V {
                 lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
@@ -132,22 +139,29 @@ macro_rules! block_sums {
     }};
 }
 
-/// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel, with AVX-512: every lane runs the
+/// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel (Q5_1's where `Q5`), with AVX-512:
+/// every lane runs the
 /// same operations in the same order as in the 256-bit kernel, so results are
 /// identical, at twice the rows per instruction and with 32 registers for the
 /// sums of up to eight vectors.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q4_1_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+fn packed_q4_1_512<const V: usize, const Q5: bool>(
+    panel: &[u8],
+    ahead: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 16]; V] {
+    let bytes = if Q5 { 384 } else { 320 };
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for i in 0..x.nb {
-        let b = &panel[320 * i..320 * i + 320];
-        prefetch_block::<320>(next, i);
+        let b = &panel[bytes * i..bytes * i + bytes];
+        prefetch_block(next, i, bytes);
         let d = halves16(b);
         let m = halves16(&b[32..]);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums!(false, &b[64..], &xb);
+        let high = if Q5 { Some(load64(&b[320..])) } else { None };
+        let sums = block_sums!(false, &b[64..], high, &xb);
         for v in 0..V {
             let p = _mm512_cvtepi32_ps(sums[v]);
             acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -165,10 +179,10 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     let next = next_panel(panel, ahead);
     for i in 0..x.nb {
         let b = &panel[544 * i..544 * i + 544];
-        prefetch_block::<544>(next, i);
+        prefetch_block(next, i, 544);
         let d = halves16(b);
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let sums = block_sums!(true, &b[32..], &xb);
+        let sums = block_sums!(true, &b[32..], None, &xb);
         for v in 0..V {
             let offset = 128 * (i32::from(xb[v].sums[0]) + i32::from(xb[v].sums[1]));
             let p = _mm512_sub_epi32(sums[v], _mm512_set1_epi32(offset));
@@ -177,6 +191,17 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         }
     }
     std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// Bit `shift` of each byte of a 16-row Q5 panel's fifth-bit words, as 16 or 0.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn fifth_bit_512(h: __m512i, shift: u32) -> __m512i {
+    let bit = _mm512_and_si512(
+        _mm512_srl_epi16(h, _mm_cvtsi32_si128(shift as i32)),
+        _mm512_set1_epi8(1),
+    );
+    _mm512_slli_epi16::<4>(bit)
 }
 
 /// Sixteen rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
@@ -196,7 +221,7 @@ fn packed_q4_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
         let b = &panel[2368 * sb..2368 * sb + 2368];
-        prefetch_block::<2368>(next, sb);
+        prefetch_block(next, sb, 2368);
         let d = halves16(b);
         let dmin = halves16(&b[32..]);
         for j in 0..8 {
@@ -204,7 +229,7 @@ fn packed_q4_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             let sc = _mm512_mul_ps(d, bytes16_ps(&b[64 + 16 * j..]));
             let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            let sums = block_sums!(false, &b[320 + 256 * j..], &xb);
+            let sums = block_sums!(false, &b[320 + 256 * j..], None, &xb);
             for v in 0..V {
                 let p = _mm512_cvtepi32_ps(sums[v]);
                 acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -233,7 +258,7 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
         let b = &panel[3360 * sb..3360 * sb + 3360];
-        prefetch_block::<3360>(next, sb);
+        prefetch_block(next, sb, 3360);
         let d = halves16(b);
         for j in 0..8 {
             let i = 8 * sb + j;
@@ -292,7 +317,8 @@ pub(super) unsafe fn packed_512<const V: usize>(
             GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
             GgmlType::Q4_K => packed_q4_k_512::<V>(panel, ahead, x),
             GgmlType::Q6_K => packed_q6_k_512::<V>(panel, ahead, x),
-            _ => packed_q4_1_512::<V>(panel, ahead, x),
+            GgmlType::Q5_1 => packed_q4_1_512::<V, true>(panel, ahead, x),
+            _ => packed_q4_1_512::<V, false>(panel, ahead, x),
         }
     }
 }

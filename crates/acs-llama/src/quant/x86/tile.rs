@@ -27,123 +27,98 @@ fn finish<const R: usize, const V: usize>(
     })
 }
 
-/// The 32-wide formats' tile kernels, compiled once per instruction set: `R`
-/// weight rows against `V` activation vectors (`V + x.lane <= GROUP`), each weight
-/// block unpacked once for all `V` vectors and each activation block loaded once
-/// for all `R` rows. Every (row, vector) pair sees the same operations in the same
-/// order whatever the tile shape, so batched and single results agree exactly.
+/// One tile kernel of a format of 4- or 5-bit values with a scale and an offset or a
+/// min (Q4_0, Q4_1, Q5_0, Q5_1): `$parts`, given block `$b`, is its scale, what
+/// multiplies the activations' sums (the scale for the offset formats, the min
+/// otherwise) and its values as bytes; `$k` scales the sums' term at the end (the
+/// offset, or 1). `R` weight rows against `V` activation vectors (`V + x.lane <=
+/// GROUP`), each weight block unpacked once for all `V` vectors and each activation
+/// block loaded once for all `R` rows. Every (row, vector) pair sees the same
+/// operations in the same order whatever the tile shape, so batched and single
+/// results agree exactly.
+macro_rules! nibble_tile {
+    ($name:ident, $features:tt, $idot:ident, $block:ty, |$b:ident| $parts:expr, $k:expr) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(crate) fn $name<const R: usize, const V: usize>(
+            rows: [&[u8]; R],
+            x: Xs<'_>,
+        ) -> [[f32; V]; R] {
+            let rows: [&[$block]; R] = rows.map(blocks);
+            let mut acc = [[_mm256_setzero_ps(); V]; R];
+            let mut off = [_mm256_setzero_ps(); R];
+            for i in 0..x.nb {
+                let s8 = load8f(&x.sums[i * GROUP..]);
+                for r in 0..R {
+                    let $b = &rows[r][i];
+                    let (d, m, w) = $parts;
+                    off[r] = _mm256_fmadd_ps(m, s8, off[r]);
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let p = $idot(w, load_x(xb));
+                        let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
+                    }
+                }
+            }
+            finish(acc, off, $k, x.lane)
+        }
+    };
+}
+
+/// The 32-wide formats' tile kernels (see [`nibble_tile`]; Q8_0's below), compiled
+/// once per instruction set.
 macro_rules! tile_kernels {
     ($m:ident, $features:tt, $idot:ident) => {
         mod $m {
             use super::*;
 
-            #[inline]
-            #[target_feature(enable = $features)]
-            pub(crate) fn q4_0<const R: usize, const V: usize>(
-                rows: [&[u8]; R],
-                x: Xs<'_>,
-            ) -> [[f32; V]; R] {
-                let rows: [&[BlockQ4_0]; R] = rows.map(blocks);
-                let mut acc = [[_mm256_setzero_ps(); V]; R];
-                let mut off = [_mm256_setzero_ps(); R];
-                for i in 0..x.nb {
-                    let s8 = load8f(&x.sums[i * GROUP..]);
-                    for r in 0..R {
-                        let b = &rows[r][i];
-                        let d = _mm256_set1_ps(h2f(b.d));
-                        let w = unpack_nibbles(load16(&b.qs));
-                        off[r] = _mm256_fmadd_ps(d, s8, off[r]);
-                        for v in 0..V {
-                            let xb = &x.blocks[v * x.nb + i];
-                            let p = $idot(w, load_x(xb));
-                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
-                        }
-                    }
-                }
-                finish(acc, off, -8.0, x.lane)
-            }
-
-            #[inline]
-            #[target_feature(enable = $features)]
-            pub(crate) fn q4_1<const R: usize, const V: usize>(
-                rows: [&[u8]; R],
-                x: Xs<'_>,
-            ) -> [[f32; V]; R] {
-                let rows: [&[BlockQ4_1]; R] = rows.map(blocks);
-                let mut acc = [[_mm256_setzero_ps(); V]; R];
-                let mut off = [_mm256_setzero_ps(); R];
-                for i in 0..x.nb {
-                    let s8 = load8f(&x.sums[i * GROUP..]);
-                    for r in 0..R {
-                        let b = &rows[r][i];
-                        let (d, m) = h2f_pair(b);
-                        let w = unpack_nibbles(load16(&b.qs));
-                        off[r] = _mm256_fmadd_ps(m, s8, off[r]);
-                        for v in 0..V {
-                            let xb = &x.blocks[v * x.nb + i];
-                            let p = $idot(w, load_x(xb));
-                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
-                        }
-                    }
-                }
-                finish(acc, off, 1.0, x.lane)
-            }
-
-            #[inline]
-            #[target_feature(enable = $features)]
-            pub(crate) fn q5_0<const R: usize, const V: usize>(
-                rows: [&[u8]; R],
-                x: Xs<'_>,
-            ) -> [[f32; V]; R] {
-                let rows: [&[BlockQ5_0]; R] = rows.map(blocks);
-                let mut acc = [[_mm256_setzero_ps(); V]; R];
-                let mut off = [_mm256_setzero_ps(); R];
-                for i in 0..x.nb {
-                    let s8 = load8f(&x.sums[i * GROUP..]);
-                    for r in 0..R {
-                        let b = &rows[r][i];
-                        let d = _mm256_set1_ps(h2f(b.d));
-                        let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
-                        off[r] = _mm256_fmadd_ps(d, s8, off[r]);
-                        for v in 0..V {
-                            let xb = &x.blocks[v * x.nb + i];
-                            let p = $idot(w, load_x(xb));
-                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
-                        }
-                    }
-                }
-                finish(acc, off, -16.0, x.lane)
-            }
-
-            #[inline]
-            #[target_feature(enable = $features)]
-            pub(crate) fn q5_1<const R: usize, const V: usize>(
-                rows: [&[u8]; R],
-                x: Xs<'_>,
-            ) -> [[f32; V]; R] {
-                let rows: [&[BlockQ5_1]; R] = rows.map(blocks);
-                let mut acc = [[_mm256_setzero_ps(); V]; R];
-                let mut off = [_mm256_setzero_ps(); R];
-                for i in 0..x.nb {
-                    let s8 = load8f(&x.sums[i * GROUP..]);
-                    for r in 0..R {
-                        let b = &rows[r][i];
-                        let (d, m) = h2f_pair(b);
-                        let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
-                        off[r] = _mm256_fmadd_ps(m, s8, off[r]);
-                        for v in 0..V {
-                            let xb = &x.blocks[v * x.nb + i];
-                            let p = $idot(w, load_x(xb));
-                            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][v]);
-                        }
-                    }
-                }
-                finish(acc, off, 1.0, x.lane)
-            }
+            nibble_tile!(
+                q4_0,
+                $features,
+                $idot,
+                BlockQ4_0,
+                |b| {
+                    let d = _mm256_set1_ps(h2f(b.d));
+                    (d, d, unpack_nibbles(load16(&b.qs)))
+                },
+                -8.0
+            );
+            nibble_tile!(
+                q4_1,
+                $features,
+                $idot,
+                BlockQ4_1,
+                |b| {
+                    let (d, m) = h2f_pair(b);
+                    (d, m, unpack_nibbles(load16(&b.qs)))
+                },
+                1.0
+            );
+            nibble_tile!(
+                q5_0,
+                $features,
+                $idot,
+                BlockQ5_0,
+                |b| {
+                    let d = _mm256_set1_ps(h2f(b.d));
+                    let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
+                    (d, d, w)
+                },
+                -16.0
+            );
+            nibble_tile!(
+                q5_1,
+                $features,
+                $idot,
+                BlockQ5_1,
+                |b| {
+                    let (d, m) = h2f_pair(b);
+                    let w = _mm256_or_si256(unpack_nibbles(load16(&b.qs)), fifth_bits(b.qh));
+                    (d, m, w)
+                },
+                1.0
+            );
 
             #[inline]
             #[target_feature(enable = $features)]

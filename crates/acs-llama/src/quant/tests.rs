@@ -228,6 +228,17 @@ fn matmul_many_matches_separate_matmuls() {
     }
 }
 
+/// The formats that [`PackedMatrix`] repacks.
+const PANEL_FORMATS: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+];
+
 /// The AVX-512 kernels take 16-row panels; each lane must run what the 256-bit
 /// kernel runs, to the bit, whatever the batch (40 rows: two panels of 16 and one
 /// with 8 rows past the matrix); and the kernels without VNNI sum the same
@@ -238,15 +249,7 @@ fn wide_panels_match_narrow_panels_exactly() {
     let Some(t) = Avx2Token::detect() else {
         return;
     };
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q8_0,
-    ] {
+    for ty in PANEL_FORMATS {
         let (rows, cols) = (40, 256);
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
@@ -291,15 +294,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
         .map(|(i, &v)| if i % 3 == 0 { 127.0 } else { v * 127.0 })
         .collect();
     qx.quantize_from(&xs, cols).unwrap();
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q8_0,
-    ] {
+    for ty in PANEL_FORMATS {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w: Vec<u8> = values(12 + u64::from(ty.id()), rb * rows)
             .iter()
@@ -342,15 +337,7 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
 
 #[test]
 fn packed_matches_plain_and_batches_exactly() {
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q8_0,
-    ] {
+    for ty in PANEL_FORMATS {
         packed_case(ty);
     }
 }

@@ -235,11 +235,13 @@ fn pack_q4_k(
     width: usize,
     dst: &mut [u8],
 ) {
-    let block = 148 * width;
-    for (sb, out) in dst.chunks_exact_mut(block).enumerate() {
-        for (r, row) in rows.clone().enumerate() {
-            let at = row * rb + sb * size_of::<BlockQ4K>();
-            let b: &BlockQ4K = bytemuck::from_bytes(&weights[at..at + size_of::<BlockQ4K>()]);
+    for_each_super_block(
+        weights,
+        rb,
+        rows,
+        148 * width,
+        dst,
+        |b: &BlockQ4K, r, out| {
             out[2 * r..2 * r + 2].copy_from_slice(&b.scales.d.0);
             out[2 * width + 2 * r..][..2].copy_from_slice(&b.scales.dmin.0);
             let (sc, mn) = unpack_scales_k4(&b.scales.packed);
@@ -250,15 +252,11 @@ fn pack_q4_k(
             for j in 0..8 {
                 // Sub-block j's values: nibbles of bytes 32(j / 2).., low for even j.
                 let q = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
-                let v = |l: usize| (q[l] >> (4 * (j % 2))) & 0xF;
-                for k in 0..16 {
-                    let (g, e) = (k / 4, k % 4);
-                    out[20 * width + 16 * width * j + 4 * width * g + 4 * r + e] =
-                        v(k) | (v(16 + k) << 4);
-                }
+                let block = &mut out[20 * width + 16 * width * j..][..16 * width];
+                put_nibbles(block, width, r, |l| (q[l] >> (4 * (j % 2))) & 0xF);
             }
-        }
-    }
+        },
+    );
 }
 
 /// One panel of Q6_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
@@ -270,11 +268,13 @@ fn pack_q6_k(
     width: usize,
     dst: &mut [u8],
 ) {
-    let size = size_of::<BlockQ6K>();
-    for (sb, out) in dst.chunks_exact_mut(210 * width).enumerate() {
-        for (r, row) in rows.clone().enumerate() {
-            let at = row * rb + sb * size;
-            let b: &BlockQ6K = bytemuck::from_bytes(&weights[at..at + size]);
+    for_each_super_block(
+        weights,
+        rb,
+        rows,
+        210 * width,
+        dst,
+        |b: &BlockQ6K, r, out| {
             out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
             for t in 0..16 {
                 out[2 * width + t * width + r] = b.scales[t];
@@ -283,10 +283,7 @@ fn pack_q6_k(
                 // Block j's values, unsigned (0..64).
                 let q = |k: usize| (b.value(32 * j + k) + 32) as u8;
                 let block = &mut out[18 * width + 24 * width * j..][..24 * width];
-                for k in 0..16 {
-                    let (g, e) = (k / 4, k % 4);
-                    block[4 * width * g + 4 * r + e] = (q(k) & 0xF) | ((q(16 + k) & 0xF) << 4);
-                }
+                put_nibbles(block, width, r, |k| q(k) & 0xF);
                 for h in 0..2 {
                     for e in 0..4 {
                         let high = [8 * h + e, 16 + 8 * h + e, 8 * h + 4 + e, 20 + 8 * h + e]
@@ -297,7 +294,37 @@ fn pack_q6_k(
                     }
                 }
             }
+        },
+    );
+}
+
+/// `pack(block, r, out)` for each super-block `B` of each of a panel's rows `rows`
+/// (rows of `rb` bytes in `weights`, `r` counted from the panel's first), `out` being
+/// the super-block's `panel_block` bytes of `dst`.
+fn for_each_super_block<B: bytemuck::Pod>(
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    panel_block: usize,
+    dst: &mut [u8],
+    mut pack: impl FnMut(&B, usize, &mut [u8]),
+) {
+    let size = size_of::<B>();
+    for (sb, out) in dst.chunks_exact_mut(panel_block).enumerate() {
+        for (r, row) in rows.clone().enumerate() {
+            let at = row * rb + sb * size;
+            pack(bytemuck::from_bytes(&weights[at..at + size]), r, out);
         }
+    }
+}
+
+/// Row `r`'s sixteen bytes of a block of 32 four-bit values (`value(k)`, 0..16) in
+/// Q4_1's panel order: byte `k` holds values `k` and `16 + k`, in groups of four a row
+/// (`block` holding a panel's `16 · width` bytes).
+fn put_nibbles(block: &mut [u8], width: usize, r: usize, value: impl Fn(usize) -> u8) {
+    for k in 0..16 {
+        let (g, e) = (k / 4, k % 4);
+        block[4 * width * g + 4 * r + e] = value(k) | (value(16 + k) << 4);
     }
 }
 

@@ -394,6 +394,19 @@ fn prefetch_share(ahead: &[u8], i: usize, share: usize) {
     }
 }
 
+/// One 256-bit panel kernel on `$nv` vectors (1 to 4, the most a tile takes), its
+/// results to `$emit`.
+macro_rules! tiles {
+    ($kernel:ident, $nv:expr, $emit:ident, $panel:expr, $ahead:expr, $x:expr) => {
+        match $nv {
+            1 => $emit(&$kernel::<1>($panel, $ahead, $x)),
+            2 => $emit(&$kernel::<2>($panel, $ahead, $x)),
+            3 => $emit(&$kernel::<3>($panel, $ahead, $x)),
+            _ => $emit(&$kernel::<4>($panel, $ahead, $x)),
+        }
+    };
+}
+
 /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
 /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
 pub(crate) fn packed_rows(
@@ -495,65 +508,20 @@ pub(crate) fn packed_rows(
             // only through bounds-checked slicing and their own arrays.
             unsafe {
                 let vnni = t.vnni() && pm.for_dpbusd();
-                if pm.ty == GgmlType::Q5_1 {
-                    match (nv, vnni) {
-                        (1, true) => emit(&packed_q5_1_vnni::<1>(panel, ahead, x)),
-                        (2, true) => emit(&packed_q5_1_vnni::<2>(panel, ahead, x)),
-                        (3, true) => emit(&packed_q5_1_vnni::<3>(panel, ahead, x)),
-                        (_, true) => emit(&packed_q5_1_vnni::<4>(panel, ahead, x)),
-                        (1, false) => emit(&packed_q5_1_plain::<1>(panel, ahead, x)),
-                        (2, false) => emit(&packed_q5_1_plain::<2>(panel, ahead, x)),
-                        (3, false) => emit(&packed_q5_1_plain::<3>(panel, ahead, x)),
-                        (_, false) => emit(&packed_q5_1_plain::<4>(panel, ahead, x)),
-                    }
-                    continue;
-                }
-                if pm.ty == GgmlType::Q6_K {
-                    match (nv, vnni) {
-                        (1, true) => emit(&packed_q6_k_vnni::<1>(panel, ahead, x)),
-                        (2, true) => emit(&packed_q6_k_vnni::<2>(panel, ahead, x)),
-                        (3, true) => emit(&packed_q6_k_vnni::<3>(panel, ahead, x)),
-                        (_, true) => emit(&packed_q6_k_vnni::<4>(panel, ahead, x)),
-                        (1, false) => emit(&packed_q6_k_plain::<1>(panel, ahead, x)),
-                        (2, false) => emit(&packed_q6_k_plain::<2>(panel, ahead, x)),
-                        (3, false) => emit(&packed_q6_k_plain::<3>(panel, ahead, x)),
-                        (_, false) => emit(&packed_q6_k_plain::<4>(panel, ahead, x)),
-                    }
-                    continue;
-                }
-                if pm.ty == GgmlType::Q4_K {
-                    match (nv, vnni) {
-                        (1, true) => emit(&packed_q4_k_vnni::<1>(panel, ahead, x)),
-                        (2, true) => emit(&packed_q4_k_vnni::<2>(panel, ahead, x)),
-                        (3, true) => emit(&packed_q4_k_vnni::<3>(panel, ahead, x)),
-                        (_, true) => emit(&packed_q4_k_vnni::<4>(panel, ahead, x)),
-                        (1, false) => emit(&packed_q4_k_plain::<1>(panel, ahead, x)),
-                        (2, false) => emit(&packed_q4_k_plain::<2>(panel, ahead, x)),
-                        (3, false) => emit(&packed_q4_k_plain::<3>(panel, ahead, x)),
-                        (_, false) => emit(&packed_q4_k_plain::<4>(panel, ahead, x)),
-                    }
-                    continue;
-                }
-                match (pm.ty == GgmlType::Q8_0, nv, vnni) {
-                    (false, 1, true) => emit(&packed_q4_1_vnni::<1>(panel, ahead, x)),
-                    (false, 2, true) => emit(&packed_q4_1_vnni::<2>(panel, ahead, x)),
-                    (false, 3, true) => emit(&packed_q4_1_vnni::<3>(panel, ahead, x)),
-                    (false, _, true) => emit(&packed_q4_1_vnni::<4>(panel, ahead, x)),
-                    (false, 1, false) => emit(&packed_q4_1_plain::<1>(panel, ahead, x)),
-                    (false, 2, false) => emit(&packed_q4_1_plain::<2>(panel, ahead, x)),
-                    (false, 3, false) => emit(&packed_q4_1_plain::<3>(panel, ahead, x)),
-                    (false, _, false) => emit(&packed_q4_1_plain::<4>(panel, ahead, x)),
-                    (true, 1, true) => emit(&packed_q8_0_vnni::<1>(panel, ahead, x)),
-                    (true, 2, true) => emit(&packed_q8_0_vnni::<2>(panel, ahead, x)),
-                    (true, 3, true) => emit(&packed_q8_0_vnni::<3>(panel, ahead, x)),
-                    (true, _, true) => emit(&packed_q8_0_vnni::<4>(panel, ahead, x)),
-                    (true, _, false) if pm.plus_128 => {
+                match (pm.ty, vnni) {
+                    (GgmlType::Q8_0, false) if pm.plus_128 => {
                         unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")
                     }
-                    (true, 1, false) => emit(&packed_q8_0_plain::<1>(panel, ahead, x)),
-                    (true, 2, false) => emit(&packed_q8_0_plain::<2>(panel, ahead, x)),
-                    (true, 3, false) => emit(&packed_q8_0_plain::<3>(panel, ahead, x)),
-                    (true, _, false) => emit(&packed_q8_0_plain::<4>(panel, ahead, x)),
+                    (GgmlType::Q8_0, true) => tiles!(packed_q8_0_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q8_0, false) => tiles!(packed_q8_0_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_1, true) => tiles!(packed_q5_1_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_1, false) => tiles!(packed_q5_1_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q4_K, true) => tiles!(packed_q4_k_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q4_K, false) => tiles!(packed_q4_k_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q6_K, true) => tiles!(packed_q6_k_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q6_K, false) => tiles!(packed_q6_k_plain, nv, emit, panel, ahead, x),
+                    (_, true) => tiles!(packed_q4_1_vnni, nv, emit, panel, ahead, x),
+                    (_, false) => tiles!(packed_q4_1_plain, nv, emit, panel, ahead, x),
                 }
             }
         }

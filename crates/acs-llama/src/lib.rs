@@ -17,6 +17,7 @@ pub mod cpu;
 mod error;
 mod exp;
 pub mod gguf;
+mod kv_cache;
 mod lanes;
 pub mod model;
 pub mod model_cache;

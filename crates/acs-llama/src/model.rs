@@ -12,14 +12,15 @@
 
 use std::sync::Arc;
 
-use half::f16;
-
 pub use crate::arch::KV_VALUE_BYTES;
-use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq};
-pub use crate::arch::{Family, ModelConfig, Recipe, RopeStyle};
+pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle};
+use crate::arch::{
+    BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq, rope_inv_freq_local,
+};
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
+pub use crate::kv_cache::KvCache;
 use crate::quant::{self, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations};
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -100,6 +101,8 @@ struct Weights {
     output: Tensor,
     /// RoPE's angle per position, one per rotated pair.
     rope_inv_freq: Vec<f32>,
+    /// The same for the sliding-window layers, where the family has them.
+    rope_inv_freq_local: Option<Vec<f32>>,
 }
 
 fn tensor(
@@ -216,6 +219,7 @@ impl Model {
             None => None,
         };
         let rope_inv_freq = rope_inv_freq(c, factors.as_deref());
+        let rope_inv_freq_local = c.sliding_window.map(|_| rope_inv_freq_local(c));
         Ok(Model {
             config,
             tokenizer,
@@ -225,6 +229,7 @@ impl Model {
                 out_norm,
                 output,
                 rope_inv_freq,
+                rope_inv_freq_local,
             }),
         })
     }
@@ -269,15 +274,8 @@ impl Model {
 
     /// An empty KV cache for one sequence.
     pub fn new_cache(&self) -> KvCache {
-        let heads = self.config.n_layers * self.config.n_kv_heads;
-        KvCache {
-            shared: Vec::new(),
-            k: vec![Vec::new(); heads],
-            v: vec![Vec::new(); heads],
-            len: 0,
-            head_dim: self.config.head_dim,
-            n_kv_heads: self.config.n_kv_heads,
-        }
+        let c = &self.config;
+        KvCache::new(c.n_layers, c.n_kv_heads, c.head_dim)
     }
 
     /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
@@ -289,12 +287,13 @@ impl Model {
     fn forward_in_session(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {
         let w = self.weights.as_ref().ok_or(ModelError::NoWeights)?;
         let c = &self.config;
-        let d = c.d_model;
+        let recipe = c.recipe();
+        let (d, qd) = (c.d_model, c.q_dim());
         // Row ranges of each sequence's new tokens in the batch matrix.
         let mut spans = Vec::with_capacity(batch.len());
         let mut total = 0usize;
         for s in batch.iter() {
-            let end = s.cache.len + s.tokens.len();
+            let end = s.cache.len() + s.tokens.len();
             if end > c.context {
                 return Err(ModelError::ContextFull(end, c.context));
             }
@@ -316,35 +315,44 @@ impl Model {
                 w.embed.row(t as usize, row)?;
             }
         }
+        if recipe.scaled_embedding {
+            let scale = (d as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
         // Position and sequence of each row, for RoPE and the causal mask.
         let positions: Vec<usize> = batch
             .iter()
-            .flat_map(|s| (0..s.tokens.len()).map(move |i| s.cache.len + i))
+            .flat_map(|s| (0..s.tokens.len()).map(move |i| s.cache.len() + i))
             .collect();
         let mut owner = vec![0usize; total];
         for (si, span) in spans.iter().enumerate() {
             owner[span.clone()].fill(si);
         }
         // RoPE's (cos, sin) per row and rotated pair, once per step rather than per
-        // layer and head.
-        let angles: Vec<(f32, f32)> = positions
-            .iter()
-            .flat_map(|&pos| {
-                w.rope_inv_freq.iter().map(move |&f| {
-                    let (sin, cos) = (pos as f32 * f).sin_cos();
-                    (cos, sin)
+        // layer and head: for the global layers, and the sliding-window ones where
+        // they turn at another base.
+        let angles_for = |inv_freq: &[f32]| -> Vec<(f32, f32)> {
+            positions
+                .iter()
+                .flat_map(|&pos| {
+                    inv_freq.iter().map(move |&f| {
+                        let (sin, cos) = (pos as f32 * f).sin_cos();
+                        (cos, sin)
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        };
+        let angles = angles_for(&w.rope_inv_freq);
+        let angles_local = w.rope_inv_freq_local.as_deref().map(angles_for);
 
         // Scratch for the whole step: every layer reuses the same buffers, and `qx`
         // holds each matmul input rounded to 8 bits once for all the matrices it feeds.
         let kv = c.kv_dim();
         let mut xn = vec![0f32; total * d];
-        let mut q = vec![0f32; total * d];
+        let mut q = vec![0f32; total * qd];
         let mut k = vec![0f32; total * kv];
         let mut v = vec![0f32; total * kv];
-        let mut attn = vec![0f32; total * d];
+        let mut attn = vec![0f32; total * qd];
         let mut proj = vec![0f32; total * d];
         let mut gate = vec![0f32; total * c.ffn];
         let mut up = vec![0f32; total * c.ffn];
@@ -364,10 +372,21 @@ impl Model {
                 add_rows(&mut k, bk);
                 add_rows(&mut v, bv);
             }
-            self.rotate_and_append(l, batch, &angles, &mut q, &mut k, &v);
+            if let Some([qn, kn]) = &b.qk_norm {
+                rms_norm_in_place(&mut q, qn, c.rms_eps);
+                rms_norm_in_place(&mut k, kn, c.rms_eps);
+            }
+            let layer_angles = match &angles_local {
+                Some(local) if c.is_local(l) => local,
+                _ => &angles,
+            };
+            self.rotate_and_append(l, batch, layer_angles, &mut q, &mut k, &v);
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
-            quant::matmul_many(&mut [b.wo.job(&mut proj)], d, &attn, &mut qx)?;
+            quant::matmul_many(&mut [b.wo.job(&mut proj)], qd, &attn, &mut qx)?;
+            if let Some([post_attn, _]) = &b.post_norms {
+                rms_norm_in_place(&mut proj, post_attn, c.rms_eps);
+            }
             add(&mut x, &proj);
 
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
@@ -378,9 +397,16 @@ impl Model {
                 &mut qx,
             )?;
             crate::cpu::team::for_each_chunk_mut(&mut gate, SWIGLU_CHUNK, |i, g| {
-                ops.swiglu(g, &up[i * SWIGLU_CHUNK..][..g.len()]);
+                let up = &up[i * SWIGLU_CHUNK..][..g.len()];
+                match recipe.activation {
+                    Activation::Silu => ops.swiglu(g, up),
+                    Activation::Gelu => ops.geglu(g, up),
+                }
             });
             quant::matmul_many(&mut [b.down.job(&mut proj)], c.ffn, &gate, &mut qx)?;
+            if let Some([_, post_ffn]) = &b.post_norms {
+                rms_norm_in_place(&mut proj, post_ffn, c.rms_eps);
+            }
             add(&mut x, &proj);
 
             for ((s, span), out) in batch.iter().zip(&spans).zip(&mut outputs) {
@@ -396,7 +422,7 @@ impl Model {
             }
         }
         for s in batch.iter_mut() {
-            s.cache.len += s.tokens.len();
+            s.cache.advance(s.tokens.len());
         }
 
         // Logits only for the rows that sample (or score): a vocab-wide matmul per
@@ -450,14 +476,14 @@ impl Model {
         v: &[f32],
     ) {
         let c = &self.config;
-        let (d, kv, pairs) = (c.d_model, c.kv_dim(), c.rope_dims / 2);
+        let (qd, kv, pairs) = (c.q_dim(), c.kv_dim(), c.rope_dims / 2);
         let ops = F32Ops::detect();
         // Each sequence's cache and its rows of `q`, `k`, `v` and `angles`.
         let mut work = Vec::with_capacity(batch.len());
         let (mut q, mut k, mut v, mut angles) = (q, k, v, angles);
         for s in batch.iter_mut() {
             let n = s.tokens.len();
-            let (qs, q_rest) = std::mem::take(&mut q).split_at_mut(n * d);
+            let (qs, q_rest) = std::mem::take(&mut q).split_at_mut(n * qd);
             let (ks, k_rest) = std::mem::take(&mut k).split_at_mut(n * kv);
             let (vs, v_rest) = v.split_at(n * kv);
             let (rot, a_rest) = angles.split_at(n * pairs);
@@ -467,7 +493,7 @@ impl Model {
         crate::cpu::team::for_each_chunk_mut(&mut work, 1, |_, w| {
             for (cache, q, k, v, rot) in w {
                 for (r, rot) in rot.chunks_exact(pairs.max(1)).enumerate() {
-                    self.rope(&mut q[r * d..(r + 1) * d], rot);
+                    self.rope(&mut q[r * qd..(r + 1) * qd], rot);
                     self.rope(&mut k[r * kv..(r + 1) * kv], rot);
                 }
                 cache.append(ops, layer, k, v);
@@ -508,16 +534,17 @@ impl Model {
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, hd, nkv) = (c.d_model, c.head_dim, c.n_kv_heads);
+        let (qd, hd, nkv) = (c.q_dim(), c.head_dim, c.n_kv_heads);
         let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = c.attention_scale;
+        let window = c.sliding_window.filter(|_| c.is_local(layer));
         let ops = F32Ops::detect();
         crate::cpu::team::for_each_chunk_mut(out, group * hd, |i, heads| {
             let (r, g) = (i / nkv, i % nkv);
             let cache = caches[owner[r]];
             let at = layer * nkv + g;
             // The group's query heads lie side by side in the row.
-            let q = &q[r * d + g * group * hd..r * d + (g + 1) * group * hd];
+            let q = &q[r * qd + g * group * hd..r * qd + (g + 1) * group * hd];
             // The positions this row sees: its own and those before it.
             let n = positions[r] + 1;
             let parts = cache.parts(at, n);
@@ -541,8 +568,12 @@ impl Model {
                     start += len;
                 }
             }
+            // A sliding-window layer sees the last `window` positions only: the
+            // earlier ones get no weight.
+            let first = window.map_or(0, |w| n.saturating_sub(w));
             for row in scores.chunks_exact_mut(n) {
-                ops.softmax(row, scale);
+                row[..first].fill(0.0);
+                ops.softmax(&mut row[first..], scale);
             }
             heads.fill(0.0);
             if let [(_, values, _)] = parts[..] {
@@ -559,195 +590,6 @@ impl Model {
                 }
             }
         });
-    }
-}
-
-/// One sequence's keys and values for every layer so far.
-///
-/// Each (layer, key/value head) has its own buffer of positions end to end, so that
-/// attention streams a head's keys and values through contiguous memory (whole
-/// positions side by side would make it stride over the other heads).
-///
-/// Values are half floats, rounded to nearest even and saturated at ±65504 (what
-/// [`F32Ops::append_halves`] and the GPU's `half.wgsl` compute, bit for bit): a
-/// sequence's cache takes half the memory of f32, so twice the rollouts fit in a KV
-/// budget, and attention reads half the bytes. The rounding is below what the 8-bit
-/// rounding of every matmul input already costs.
-///
-/// The caches [`KvCache::fork`]ed from one another share the positions they had in
-/// common, read-only, instead of each holding a copy: a prompt's n choices hold its
-/// positions once, so n rollouts of a long prompt take about 1/n of the memory, and
-/// the step's attention reads the one copy n times, from the processor's caches after
-/// the first.
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    /// The first positions, shared with other caches, oldest first.
-    shared: Vec<Arc<KvSegment>>,
-    /// This cache's own positions after the shared ones:
-    /// `[layer * n_kv_heads + head]`: positions × `head_dim` values.
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
-    /// Positions in all, shared and own.
-    len: usize,
-    head_dim: usize,
-    n_kv_heads: usize,
-}
-
-/// Positions frozen by a [`KvCache::fork`], laid out as a cache's own ones.
-#[derive(Debug)]
-struct KvSegment {
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
-    len: usize,
-}
-
-impl KvCache {
-    /// Positions cached.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing is cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Bytes of memory this cache takes, for memory accounting: the capacity of its
-    /// own buffers (which [`KvCache::reserve`] and [`KvCache::fork`] set) and an equal
-    /// share of each segment it shares, so that the caches that share one add up to
-    /// its size.
-    pub fn bytes(&self) -> usize {
-        let capacity = |k: &[Vec<f16>], v: &[Vec<f16>]| -> usize {
-            k.iter()
-                .chain(v)
-                .map(|b| b.capacity() * KV_VALUE_BYTES)
-                .sum()
-        };
-        let shared: usize = self
-            .shared
-            .iter()
-            .map(|s| capacity(&s.k, &s.v) / Arc::strong_count(s))
-            .sum();
-        capacity(&self.k, &self.v) + shared
-    }
-
-    /// Positions held in shared segments, before this cache's own.
-    fn shared_len(&self) -> usize {
-        self.shared.iter().map(|s| s.len).sum()
-    }
-
-    /// Makes room for `positions` positions in all, so that the appends up to there
-    /// never reallocate. A cache left to grow on its own doubles: its memory can reach
-    /// twice what it holds (twice what a scheduler reserved for it), and each doubling
-    /// copies it.
-    pub fn reserve(&mut self, positions: usize) {
-        let more = positions.saturating_sub(self.len) * self.head_dim;
-        for buf in self.k.iter_mut().chain(&mut self.v) {
-            buf.reserve_exact(more);
-        }
-    }
-
-    /// A branch with room for `positions` positions (at least the ones it holds):
-    /// how a choice branches from its prompt's cache. The positions this cache holds
-    /// become a segment that both share, read-only (this cache's own buffers move
-    /// there, trimmed to their length, and it keeps growing in new ones with the room
-    /// it had left): nothing is copied, and each cache appends on its own from there,
-    /// the branch with room reserved up to `positions` so that its first token does
-    /// not reallocate. A cache that holds no positions of its own (all shared) is left
-    /// as it is: a kept prompt (see the engine's prompt cache) stays at its size
-    /// however many branches it gives.
-    pub fn fork(&mut self, positions: usize) -> KvCache {
-        let hd = self.head_dim;
-        let room = positions.saturating_sub(self.len) * hd;
-        let own = self.len - self.shared_len();
-        let fresh =
-            |n: usize, room: usize| (0..n).map(|_| Vec::with_capacity(room)).collect::<Vec<_>>();
-        if own > 0 {
-            let heads = self.k.len();
-            let left = self.k.first().map_or(0, |b| b.capacity() - own * hd);
-            let freeze = |bufs: &mut Vec<Vec<f16>>| {
-                let mut frozen = std::mem::replace(bufs, fresh(heads, left));
-                for b in &mut frozen {
-                    b.shrink_to_fit();
-                }
-                frozen
-            };
-            let segment = KvSegment {
-                k: freeze(&mut self.k),
-                v: freeze(&mut self.v),
-                len: own,
-            };
-            self.shared.push(Arc::new(segment));
-        }
-        KvCache {
-            shared: self.shared.clone(),
-            k: fresh(self.k.len(), room),
-            v: fresh(self.v.len(), room),
-            len: self.len,
-            head_dim: self.head_dim,
-            n_kv_heads: self.n_kv_heads,
-        }
-    }
-
-    /// A cache of its own (sharing nothing) that holds a copy of this cache's first
-    /// `prefix` positions, with room up to `positions`: a prompt that begins with the
-    /// tokens of a prompt prefilled earlier prefills only the rest. A position's keys
-    /// and values depend on the tokens up to it alone, so the copy holds what
-    /// prefilling those tokens again would give.
-    pub fn copy_prefix(&self, prefix: usize, positions: usize) -> KvCache {
-        assert!(prefix <= self.len, "{prefix} of {} positions", self.len);
-        let hd = self.head_dim;
-        let room = positions.max(prefix) * hd;
-        let copy = |at: usize, values: bool| {
-            let mut buf = Vec::with_capacity(room);
-            for (k, v, _) in self.parts(at, prefix) {
-                buf.extend_from_slice(if values { v } else { k });
-            }
-            buf
-        };
-        let heads = self.k.len();
-        KvCache {
-            shared: Vec::new(),
-            k: (0..heads).map(|at| copy(at, false)).collect(),
-            v: (0..heads).map(|at| copy(at, true)).collect(),
-            len: prefix,
-            head_dim: hd,
-            n_kv_heads: self.n_kv_heads,
-        }
-    }
-
-    /// The keys and values of (layer, head) `at` for the first `n` positions, part by
-    /// part (shared segments, then this cache's own), with each part's positions. The
-    /// own part's length is its buffer's: a step appends its positions layer by layer
-    /// before [`KvCache::len`] counts them.
-    fn parts(&self, at: usize, n: usize) -> Vec<(&[f16], &[f16], usize)> {
-        let hd = self.head_dim;
-        let segments = self.shared.iter().map(|s| (&s.k[at], &s.v[at], s.len));
-        let own = (&self.k[at], &self.v[at], self.k[at].len() / hd);
-        let mut left = n;
-        let mut parts = Vec::with_capacity(self.shared.len() + 1);
-        for (k, v, len) in segments.chain([own]) {
-            let take = len.min(left);
-            if take > 0 {
-                parts.push((&k[..take * hd], &v[..take * hd], take));
-            }
-            left -= take;
-        }
-        parts
-    }
-
-    /// Appends layer `layer`'s keys and values of new positions (each position's
-    /// heads side by side, as the projections give them).
-    fn append(&mut self, ops: F32Ops, layer: usize, k: &[f32], v: &[f32]) {
-        let (hd, n) = (self.head_dim, self.n_kv_heads);
-        for (src, dst) in [(k, &mut self.k), (v, &mut self.v)] {
-            let heads = &mut dst[layer * n..(layer + 1) * n];
-            for pos in src.chunks_exact(hd * n) {
-                for (buf, head) in heads.iter_mut().zip(pos.chunks_exact(hd)) {
-                    ops.append_halves(head, buf);
-                }
-            }
-        }
     }
 }
 
@@ -794,6 +636,18 @@ pub struct SeqOutput {
     pub logits: Vec<f32>,
     /// `(layer, rows × d_model)` residual stream after that block, new tokens only.
     pub captured: Vec<(usize, Vec<f32>)>,
+}
+
+/// RMSNorm of each row of `x` (rows as long as `w`) in place: the per-head norms of
+/// queries and keys, and the norms of a block's outputs.
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(w.len()) {
+        let ms = crate::lanes::sum_map(row, |v| v * v) / w.len() as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for (v, &g) in row.iter_mut().zip(w) {
+            *v *= inv * g;
+        }
+    }
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {

@@ -22,7 +22,7 @@ pub struct TestModelSpec {
     pub d_model: usize,
     /// Transformer blocks.
     pub n_layers: usize,
-    /// Query heads; must divide `d_model`.
+    /// Query heads; must divide `d_model` unless `head_dim` is set.
     pub n_heads: usize,
     /// Key/value heads; must divide `n_heads`.
     pub n_kv_heads: usize,
@@ -50,6 +50,12 @@ pub struct TestModelSpec {
     /// RoPE's per-pair frequency factors (`rope_freqs.weight`, one per rotated pair),
     /// as Llama 3.1 and 3.2 files carry them.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// The head width (`attention.key_length` and `value_length`) where it is not
+    /// `d_model / n_heads`, as in Qwen3 and Gemma 3.
+    pub head_dim: Option<usize>,
+    /// A sliding window and the period of its local/global layer pattern
+    /// (`attention.sliding_window`, `attention.sliding_window_pattern`), for Gemma 3.
+    pub sliding_window: Option<(usize, usize)>,
 }
 
 impl TestModelSpec {
@@ -73,6 +79,8 @@ impl TestModelSpec {
             rope_base: 10000.0,
             rms_eps: 1e-5,
             rope_freq_factors: None,
+            head_dim: None,
+            sliding_window: None,
         }
     }
 
@@ -93,7 +101,10 @@ impl TestModelSpec {
     /// The tiny models that `scripts/oracle/record.sh` records llama.cpp's logits on
     /// (`crates/acs-llama/tests/fixtures/families/NAME.json`), by name: one per family,
     /// and Llama with Llama 3.1's frequency factors on a low RoPE base (so that the
-    /// slow pairs turn within the prompt).
+    /// slow pairs turn within the prompt). Qwen3 and Gemma 3 have heads wider than
+    /// d_model/heads, as their real files do; Gemma 3's first layer attends to a
+    /// window of 8 positions (shorter than the prompt) and its second to all, with
+    /// RoPE bases of their own.
     pub fn oracle_case(name: &str) -> Option<TestModelSpec> {
         let family = |family| TestModelSpec {
             family,
@@ -107,20 +118,33 @@ impl TestModelSpec {
                 rope_freq_factors: Some((1..=8).map(|i| i as f32).collect()),
                 ..family(Family::Llama)
             },
+            "qwen3" => TestModelSpec {
+                head_dim: Some(32),
+                ..family(Family::Qwen3)
+            },
+            "gemma3" => TestModelSpec {
+                head_dim: Some(32),
+                sliding_window: Some((8, 2)),
+                rope_base: 1000.0,
+                ..family(Family::Gemma3)
+            },
             _ => return None,
         })
     }
 
     /// The names [`TestModelSpec::oracle_case`] knows.
-    pub const ORACLE_CASES: [&str; 3] = ["llama", "qwen2", "llama-rope-freqs"];
+    pub const ORACLE_CASES: [&str; 5] = ["llama", "qwen2", "llama-rope-freqs", "qwen3", "gemma3"];
 
     fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
     }
 
     fn check(&self) -> Result<(), TestGenError> {
         let bad = |why: &str| Err(TestGenError::BadSpec(why.to_owned()));
-        if self.n_heads == 0 || self.n_kv_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
+        if self.n_heads == 0
+            || self.n_kv_heads == 0
+            || (self.head_dim.is_none() && !self.d_model.is_multiple_of(self.n_heads))
+        {
             return bad("n_heads must divide d_model");
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
@@ -306,12 +330,26 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         MetaValue::F32(s.rms_eps),
     );
     w.add(format!("{arch}.rope.dimension_count"), u32v(s.head_dim()));
+    if let Some(hd) = s.head_dim {
+        w.add(format!("{arch}.attention.key_length"), u32v(hd));
+        w.add(format!("{arch}.attention.value_length"), u32v(hd));
+    }
+    if let Some((window, period)) = s.sliding_window {
+        w.add(format!("{arch}.attention.sliding_window"), u32v(window));
+        w.add(
+            format!("{arch}.attention.sliding_window_pattern"),
+            u32v(period),
+        );
+    }
     w.add(format!("{arch}.vocab_size"), u32v(s.vocab));
     let (tokens, types, merges) = test_vocab(s.vocab);
     w.add("tokenizer.ggml.model", string("gpt2"));
     let pre = match s.family {
         Family::Llama => "smollm",
-        Family::Qwen2 => "qwen2",
+        Family::Qwen2 | Family::Qwen3 => "qwen2",
+        // Gemma's own files carry a SentencePiece vocabulary; the test vocabulary is
+        // byte-level BPE for every family.
+        Family::Gemma3 => "default",
     };
     w.add("tokenizer.ggml.pre", string(pre));
     w.add(
@@ -336,7 +374,8 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
 
     let mut rng = SplitMix(s.seed);
     let kv_dim = s.head_dim() * s.n_kv_heads;
-    let d = s.d_model as u64;
+    let q_dim = s.head_dim() * s.n_heads;
+    let recipe = s.family.recipe();
     let mut matrix = |w: &mut GgufWriter, name: &str, cols: usize, rows: usize, ty: GgmlType| {
         let scale = (3.0 / cols as f32).sqrt(); // uniform with variance 1/cols
         let vals: Vec<f32> = (0..cols * rows).map(|_| rng.uniform() * scale).collect();
@@ -355,27 +394,25 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         s.vocab,
         s.embed_type,
     )?;
-    let norm = |w: &mut GgufWriter, name: &str, rng: &mut SplitMix| {
-        let bytes: Vec<u8> = (0..s.d_model)
+    let norm_of = |w: &mut GgufWriter, name: &str, len: usize, rng: &mut SplitMix| {
+        let bytes: Vec<u8> = (0..len)
             .flat_map(|_| (1.0 + 0.1 * rng.uniform()).to_le_bytes())
             .collect();
-        w.add_tensor(name, &[d], GgmlType::F32, bytes)
+        w.add_tensor(name, &[len as u64], GgmlType::F32, bytes)
     };
+    let norm =
+        |w: &mut GgufWriter, name: &str, rng: &mut SplitMix| norm_of(w, name, s.d_model, rng);
     let mut norm_rng = SplitMix(s.seed ^ 0x5eed);
     for l in 0..s.n_layers {
         let n = |t: &str| format!("blk.{l}.{t}.weight");
         let wt = s.weight_type;
         let vt = s.value_down_type.unwrap_or(wt);
         norm(&mut w, &n("attn_norm"), &mut norm_rng)?;
-        matrix(&mut w, &n("attn_q"), s.d_model, s.d_model, wt)?;
+        matrix(&mut w, &n("attn_q"), s.d_model, q_dim, wt)?;
         matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
         matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, vt)?;
-        if s.family.recipe().qkv_bias {
-            for (part, len) in [
-                ("attn_q", s.d_model),
-                ("attn_k", kv_dim),
-                ("attn_v", kv_dim),
-            ] {
+        if recipe.qkv_bias {
+            for (part, len) in [("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)] {
                 let bytes: Vec<u8> = (0..len)
                     .flat_map(|_| (0.5 * norm_rng.uniform()).to_le_bytes())
                     .collect();
@@ -383,7 +420,15 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
                 w.add_tensor(&name, &[len as u64], GgmlType::F32, bytes)?;
             }
         }
-        matrix(&mut w, &n("attn_output"), s.d_model, s.d_model, wt)?;
+        if recipe.qk_norm {
+            norm_of(&mut w, &n("attn_q_norm"), s.head_dim(), &mut norm_rng)?;
+            norm_of(&mut w, &n("attn_k_norm"), s.head_dim(), &mut norm_rng)?;
+        }
+        matrix(&mut w, &n("attn_output"), q_dim, s.d_model, wt)?;
+        if recipe.post_norms {
+            norm(&mut w, &n("post_attention_norm"), &mut norm_rng)?;
+            norm(&mut w, &n("post_ffw_norm"), &mut norm_rng)?;
+        }
         norm(&mut w, &n("ffn_norm"), &mut norm_rng)?;
         matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;
         matrix(&mut w, &n("ffn_up"), s.d_model, s.ffn, wt)?;

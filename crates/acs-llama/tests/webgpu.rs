@@ -21,6 +21,7 @@
 #![cfg(all(feature = "webgpu", not(target_arch = "wasm32")))]
 
 mod common;
+mod gemma3_270m;
 mod llama_cpp_oracle;
 
 use std::sync::Arc;
@@ -355,6 +356,55 @@ fn qwen2_matches_cpu() {
 fn rope_freq_factors_match_cpu() {
     let s = TestModelSpec::oracle_case("llama-rope-freqs").expect("a known case");
     prefill_and_decode(&s, 56, 16);
+}
+
+/// Qwen3: heads wider than d_model/heads, each query and key head normed before
+/// RoPE by its own kernel.
+#[test]
+fn qwen3_matches_cpu() {
+    let s = TestModelSpec::oracle_case("qwen3").expect("a known case");
+    prefill_and_decode(&s, 56, 16);
+}
+
+/// Gemma 3: scaled embeddings, Q/K norms, normed block outputs, GeGLU, and a
+/// sliding-window layer (8 positions, passed by the 56-token prompt) with its own
+/// RoPE base beside a global one.
+#[test]
+fn gemma3_matches_cpu() {
+    let s = TestModelSpec::oracle_case("gemma3").expect("a known case");
+    prefill_and_decode(&s, 56, 16);
+}
+
+/// Real Gemma 3 weights (270M Q4_K_M, 262,144 tokens, Q5_0, Q8_0, Q4_K and Q6_K
+/// matrices) on the GPU: llama.cpp's greedy continuation of each recorded prompt, up
+/// to its first near tie, as on the CPU (`real_models.rs`).
+#[test]
+fn gemma3_270m_continues_as_llama_cpp() {
+    let file = GgufFile::open(gemma3_270m::gemma3_path()).expect("Gemma 3 270M opens");
+    let gpu = GpuModel::new(&file).expect("gpu model");
+    for case in gemma3_270m::cases() {
+        let mut caches = vec![gpu.new_cache()];
+        let mut next = case.prompt_ids.clone();
+        let mut got = Vec::new();
+        while got.len() < case.compared() {
+            let req = [Req {
+                tokens: &next,
+                steering: &[],
+                capture: &[],
+                logits: Logits::Last,
+            }];
+            let out = step_gpu(&gpu, &mut caches, &req);
+            let t = top_k_indices(&out[0].logits, 1)[0] as u32;
+            got.push(t);
+            next = vec![t];
+        }
+        assert_eq!(
+            got,
+            case.ids[..got.len()],
+            "greedy continuation of {:?}",
+            case.prompt
+        );
+    }
 }
 
 /// Float value and down projections beside 8-bit blocks: one matmul over the three

@@ -1,7 +1,7 @@
 //! The hyper-parameters every family here has, read from the `<architecture>.*` keys
 //! of GGUF metadata, and RoPE's frequencies.
 
-use super::{Family, KV_VALUE_BYTES, Recipe};
+use super::{Family, KV_VALUE_BYTES, Recipe, gemma3};
 use crate::error::ModelError;
 use crate::gguf::Metadata;
 
@@ -18,7 +18,8 @@ pub struct ModelConfig {
     pub n_heads: usize,
     /// Key/value heads (grouped-query attention when fewer than `n_heads`).
     pub n_kv_heads: usize,
-    /// Width of one head.
+    /// Width of one head (`attention.key_length`, else d_model/heads); the queries
+    /// of a position are `n_heads · head_dim` wide, which need not be d_model.
     pub head_dim: usize,
     /// Hidden width of the MLP.
     pub ffn: usize,
@@ -35,6 +36,15 @@ pub struct ModelConfig {
     pub rope_freq_scale: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
+    /// What the attention scores are multiplied by before their softmax.
+    pub attention_scale: f32,
+    /// Positions a sliding-window layer attends to, its own included, where the
+    /// family has such layers.
+    pub sliding_window: Option<usize>,
+    /// Which layers attend to the sliding window only (empty without a window).
+    pub local_layers: Vec<bool>,
+    /// RoPE frequency base of the sliding-window layers.
+    pub rope_base_local: f32,
 }
 
 impl ModelConfig {
@@ -48,20 +58,31 @@ impl ModelConfig {
         let n_kv_heads = meta
             .get_usize(&key("attention.head_count_kv"))
             .unwrap_or(n_heads);
-        if n_heads == 0
-            || n_kv_heads == 0
-            || !d_model.is_multiple_of(n_heads)
-            || !n_heads.is_multiple_of(n_kv_heads)
-        {
+        if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
             return Err(ModelError::Shape(format!(
-                "d_model {d_model}, {n_heads} heads, {n_kv_heads} kv heads"
+                "{n_heads} heads, {n_kv_heads} kv heads"
             )));
         }
-        let head_dim = d_model / n_heads;
+        let head_dim = match meta.get_usize(&key("attention.key_length")) {
+            Ok(k) => k,
+            Err(_) if d_model.is_multiple_of(n_heads) => d_model / n_heads,
+            Err(_) => {
+                return Err(ModelError::Shape(format!(
+                    "d_model {d_model} is not a multiple of {n_heads} heads and the file has no key_length"
+                )));
+            }
+        };
+        if let Ok(v) = meta.get_usize(&key("attention.value_length"))
+            && v != head_dim
+        {
+            return Err(ModelError::Unsupported(format!(
+                "value heads {v} wide with key heads {head_dim} wide"
+            )));
+        }
         let rope_dims = meta
             .get_usize(&key("rope.dimension_count"))
             .unwrap_or(head_dim);
-        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+        if head_dim == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
             return Err(ModelError::Shape(format!(
                 "rope dimension count {rope_dims} for head dim {head_dim}"
             )));
@@ -86,22 +107,57 @@ impl ModelConfig {
                 )));
             }
         };
+        let n_layers = meta.get_usize(&key("block_count"))?;
+        if meta
+            .get_f32(&key("final_logit_softcapping"))
+            .is_ok_and(|c| c != 0.0)
+        {
+            return Err(ModelError::Unsupported(
+                "final logit soft-capping (Gemma 2)".into(),
+            ));
+        }
+        let rope_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
+        let mut attention_scale = 1.0 / (head_dim as f32).sqrt();
+        let (mut sliding_window, mut local_layers) = (None, Vec::new());
+        let mut rope_base_local = rope_base;
+        if family == Family::Gemma3 {
+            if n_layers == gemma3::LAYERS_27B {
+                attention_scale = 1.0 / ((d_model / n_heads) as f32).sqrt();
+            }
+            if let Ok(window) = meta.get_usize(&key("attention.sliding_window"))
+                && window > 0
+            {
+                sliding_window = Some(window);
+                let period = meta
+                    .get_usize(&key("attention.sliding_window_pattern"))
+                    .unwrap_or(gemma3::SLIDING_WINDOW_PATTERN)
+                    .max(1);
+                local_layers = (0..n_layers).map(|l| l % period < period - 1).collect();
+                rope_base_local = meta
+                    .get_f32(&key("rope.freq_base_swa"))
+                    .unwrap_or(gemma3::LOCAL_ROPE_BASE);
+            }
+        }
         let cfg = ModelConfig {
             family,
             d_model,
-            n_layers: meta.get_usize(&key("block_count"))?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
             ffn: meta.get_usize(&key("feed_forward_length"))?,
             vocab,
             context: meta.get_usize(&key("context_length"))?,
-            rope_base: meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_base,
             rope_dims,
             rope_freq_scale,
             rms_eps: meta
                 .get_f32(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5),
+            attention_scale,
+            sliding_window,
+            local_layers,
+            rope_base_local,
         };
         if cfg.n_layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 || cfg.context == 0 {
             return Err(ModelError::Shape(format!("{cfg:?}")));
@@ -112,6 +168,16 @@ impl ModelConfig {
     /// The family's choices within the block.
     pub fn recipe(&self) -> Recipe {
         self.family.recipe()
+    }
+
+    /// Width of the queries (and attention outputs) of one position.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Whether layer `l` attends to the sliding window only.
+    pub fn is_local(&self, l: usize) -> bool {
+        self.local_layers.get(l).copied().unwrap_or(false)
     }
 
     /// Width of the keys (and values) of one position.
@@ -128,20 +194,37 @@ impl ModelConfig {
     /// Multiply-adds of one token's matmuls (every block's projections and MLP, then
     /// the output): a decode step's work per sequence, attention aside.
     pub fn matmul_macs_per_token(&self) -> u64 {
-        let (d, kv, ffn) = (self.d_model as u64, self.kv_dim() as u64, self.ffn as u64);
-        let block = 2 * d * d + 2 * d * kv + 3 * d * ffn;
+        let (d, q, kv, ffn) = (
+            self.d_model as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            self.ffn as u64,
+        );
+        let block = 2 * d * q + 2 * d * kv + 3 * d * ffn;
         self.n_layers as u64 * block + d * self.vocab as u64
     }
 }
 
-/// RoPE's angle per position for each rotated pair: base^(-2i/dims), times the
-/// linear scale, divided by the pair's factor where the file has them (the
-/// `rope_freqs.weight` of Llama 3.1 and 3.2, which turn the low frequencies slower).
+/// RoPE's angle per position for each rotated pair of the global layers:
+/// base^(-2i/dims), times the linear scale, divided by the pair's factor where the
+/// file has them (the `rope_freqs.weight` of Llama 3.1 and 3.2, which turn the low
+/// frequencies slower).
 pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
     (0..c.rope_dims / 2)
         .map(|i| {
             let f = c.rope_base.powf(-(2.0 * i as f32) / c.rope_dims as f32) * c.rope_freq_scale;
             factors.map_or(f, |fs| f / fs[i])
+        })
+        .collect()
+}
+
+/// The same for the sliding-window layers: their own base, unscaled (Gemma 3
+/// stretches the global layers' positions only).
+pub(crate) fn rope_inv_freq_local(c: &ModelConfig) -> Vec<f32> {
+    (0..c.rope_dims / 2)
+        .map(|i| {
+            c.rope_base_local
+                .powf(-(2.0 * i as f32) / c.rope_dims as f32)
         })
         .collect()
 }

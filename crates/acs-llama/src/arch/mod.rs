@@ -9,12 +9,14 @@
 //! backend.
 
 mod config;
+mod gemma3;
 mod llama;
 mod qwen2;
+mod qwen3;
 mod tensors;
 
 pub use config::ModelConfig;
-pub(crate) use config::rope_inv_freq;
+pub(crate) use config::{rope_inv_freq, rope_inv_freq_local};
 pub(crate) use tensors::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 
 use crate::error::ModelError;
@@ -30,17 +32,23 @@ pub enum Family {
     Llama,
     /// Qwen2 and Qwen2.5.
     Qwen2,
+    /// Qwen3 (dense).
+    Qwen3,
+    /// Gemma 3 (text).
+    Gemma3,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 2] = [Family::Llama, Family::Qwen2];
+    pub const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3];
 
     /// The family's `general.architecture`, also the prefix of its metadata keys.
     pub fn name(self) -> &'static str {
         match self {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma3 => "gemma3",
         }
     }
 
@@ -61,6 +69,8 @@ impl Family {
         match self {
             Family::Llama => llama::RECIPE,
             Family::Qwen2 => qwen2::RECIPE,
+            Family::Qwen3 => qwen3::RECIPE,
+            Family::Gemma3 => gemma3::RECIPE,
         }
     }
 }
@@ -72,6 +82,25 @@ pub struct Recipe {
     pub qkv_bias: bool,
     /// Which values of a head RoPE rotates together.
     pub rope: RopeStyle,
+    /// Each query and key head is RMS-normalised (`attn_q_norm`, `attn_k_norm`, one
+    /// weight per value of a head) before RoPE.
+    pub qk_norm: bool,
+    /// The attention and MLP outputs are RMS-normalised (`post_attention_norm`,
+    /// `post_ffw_norm`) before they join the residual stream.
+    pub post_norms: bool,
+    /// The MLP's gate activation.
+    pub activation: Activation,
+    /// The token embeddings are multiplied by sqrt(d_model) as they are read.
+    pub scaled_embedding: bool,
+}
+
+/// The function of the MLP's gate, multiplied by its up projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// x·sigmoid(x) (SwiGLU).
+    Silu,
+    /// GELU in its tanh approximation (GeGLU), as Gemma is trained and ggml runs it.
+    Gelu,
 }
 
 /// Which values of a head RoPE rotates as a pair: what the GGUF converter of the

@@ -26,6 +26,10 @@ pub(crate) struct BlockTensors<M, V> {
     pub(crate) wo: M,
     /// The query, key and value projections' biases, where the family has them.
     pub(crate) qkv_bias: Option<[V; 3]>,
+    /// The query and key heads' norms (`head_dim` each), where the family has them.
+    pub(crate) qk_norm: Option<[V; 2]>,
+    /// The norms of the attention and MLP outputs, where the family has them.
+    pub(crate) post_norms: Option<[V; 2]>,
     pub(crate) ffn_norm: V,
     pub(crate) gate: M,
     pub(crate) up: M,
@@ -44,23 +48,42 @@ impl<M, V> BlockTensors<M, V> {
     ) -> Result<Self, E> {
         let n = |part: &str| format!("blk.{l}.{part}.weight");
         let bias = |part: &str| format!("blk.{l}.{part}.bias");
-        let (d, kv) = (c.d_model, c.kv_dim());
-        let qkv_bias = if c.recipe().qkv_bias {
+        let (d, q, kv) = (c.d_model, c.q_dim(), c.kv_dim());
+        let recipe = c.recipe();
+        let qkv_bias = if recipe.qkv_bias {
             Some([
-                vector(state, &bias("attn_q"), d)?,
+                vector(state, &bias("attn_q"), q)?,
                 vector(state, &bias("attn_k"), kv)?,
                 vector(state, &bias("attn_v"), kv)?,
             ])
         } else {
             None
         };
+        let qk_norm = if recipe.qk_norm {
+            Some([
+                vector(state, &n("attn_q_norm"), c.head_dim)?,
+                vector(state, &n("attn_k_norm"), c.head_dim)?,
+            ])
+        } else {
+            None
+        };
+        let post_norms = if recipe.post_norms {
+            Some([
+                vector(state, &n("post_attention_norm"), d)?,
+                vector(state, &n("post_ffw_norm"), d)?,
+            ])
+        } else {
+            None
+        };
         Ok(BlockTensors {
             qkv_bias,
+            qk_norm,
+            post_norms,
             attn_norm: vector(state, &n("attn_norm"), d)?,
-            wq: matrix(state, &n("attn_q"), d, d)?,
+            wq: matrix(state, &n("attn_q"), d, q)?,
             wk: matrix(state, &n("attn_k"), d, kv)?,
             wv: matrix(state, &n("attn_v"), d, kv)?,
-            wo: matrix(state, &n("attn_output"), d, d)?,
+            wo: matrix(state, &n("attn_output"), q, d)?,
             ffn_norm: vector(state, &n("ffn_norm"), d)?,
             gate: matrix(state, &n("ffn_gate"), d, c.ffn)?,
             up: matrix(state, &n("ffn_up"), d, c.ffn)?,

@@ -8,6 +8,7 @@ use wgpu::util::DeviceExt;
 
 use crate::arch::{
     BlockTensors, EMBED, ModelConfig, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
+    rope_inv_freq_local,
 };
 use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufHeader, TensorInfo};
@@ -348,6 +349,8 @@ impl GpuLoader {
                     attn_norm: t.attn_norm,
                     qkv: self.take_matrices(&[&t.wq, &t.wk, &t.wv])?,
                     qkv_bias,
+                    qk_norm: t.qk_norm,
+                    post_norms: t.post_norms,
                     wo: self.take_matrix(&t.wo)?,
                     ffn_norm: t.ffn_norm,
                     gate_up: self.take_matrices(&[&t.gate, &t.up])?,
@@ -374,6 +377,7 @@ impl GpuLoader {
             false => None,
         };
         let rope_inv_freq = rope_inv_freq(&c, factors.as_deref());
+        let rope_inv_freq_local = c.sliding_window.map(|_| rope_inv_freq_local(&c));
         Ok(GpuModel {
             config: self.config,
             info: self.info,
@@ -385,6 +389,7 @@ impl GpuLoader {
             blocks,
             out_norm,
             rope_inv_freq,
+            rope_inv_freq_local,
             pipes,
             lost: self.lost,
             arena: Mutex::new(None),

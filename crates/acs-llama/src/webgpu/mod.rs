@@ -65,6 +65,8 @@ pub struct GpuModel {
     blocks: Vec<GpuBlock>,
     out_norm: wgpu::Buffer,
     rope_inv_freq: Vec<f32>,
+    /// The sliding-window layers' own, where the family has them.
+    rope_inv_freq_local: Option<Vec<f32>>,
     pipes: Pipelines,
     /// Why the device was lost, once it is.
     lost: Lost,

@@ -32,6 +32,10 @@ pub enum Kernel {
     Bias,
     /// RoPE applied to the queries and keys on their own (where no matmul folds it in).
     Rope,
+    /// RMSNorm of each query and key head.
+    HeadNorm,
+    /// A normed block output added to the residual stream.
+    Residual,
 }
 
 impl std::fmt::Display for Kernel {
@@ -45,6 +49,8 @@ impl std::fmt::Display for Kernel {
             Kernel::Attention => f.write_str("attention"),
             Kernel::Steer => f.write_str("steer"),
             Kernel::Bias => f.write_str("bias"),
+            Kernel::HeadNorm => f.write_str("head_norm"),
+            Kernel::Residual => f.write_str("residual"),
             Kernel::Rope => f.write_str("rope"),
         }
     }

@@ -10,7 +10,7 @@ use crate::model::{Logits, SeqOutput};
 use super::device::ErrorScopes;
 use super::error::GpuError;
 use super::kernels::matmul::{self, Store, Target};
-use super::kernels::{MAX_GROUPS, add, attention, embed, quantize, rms_norm, rope};
+use super::kernels::{MAX_GROUPS, add, attention, embed, head_norm, quantize, rms_norm, rope};
 use super::profile::{Kernel, StepProfile};
 use super::recorder::{Dest, Recorder};
 use super::tensor::{GpuBlock, GpuTensor, f32_bytes};
@@ -33,6 +33,8 @@ struct Inputs {
     tokens: wgpu::Buffer,
     /// RoPE's (cos, sin) per row and pair, computed as the CPU path computes them.
     rope: wgpu::Buffer,
+    /// The same for the sliding-window layers, where they turn at another base.
+    rope_local: Option<wgpu::Buffer>,
     /// The steering vectors end to end.
     steer: wgpu::Buffer,
     /// (layer, sequence, offset of its vector in `steer`)
@@ -64,6 +66,9 @@ struct Activations {
     /// Each row's queries, keys and values side by side, as one matmul writes them.
     qkv: wgpu::Buffer,
     attn: wgpu::Buffer,
+    /// A block's attention or MLP output before its norm, where the family norms
+    /// them before the residual add.
+    proj: wgpu::Buffer,
     /// Each row's gate and up projections side by side.
     gate_up: wgpu::Buffer,
     act: wgpu::Buffer,
@@ -105,9 +110,18 @@ impl GpuModel {
 
         let (t, d) = (plan.total, self.config.d_model);
         let embed_bufs = (&inputs.tokens, &bufs.x);
-        embed::record(&mut rec, &self.pipes.embed, &self.embed, embed_bufs, t, d);
+        let scale = match self.config.recipe().scaled_embedding {
+            true => (d as f32).sqrt(),
+            false => 1.0,
+        };
+        let embed = (&self.pipes.embed, &self.embed);
+        embed::record(&mut rec, embed.0, embed.1, embed_bufs, t, (d, scale));
         for (l, b) in self.blocks.iter().enumerate() {
-            self.attention(&mut rec, (l, b), batch, &plan, &bufs, &inputs.rope);
+            let rope = match &inputs.rope_local {
+                Some(local) if self.config.is_local(l) => local,
+                _ => &inputs.rope,
+            };
+            self.attention(&mut rec, (l, b), batch, &plan, &bufs, rope);
             self.feed_forward(&mut rec, b, &bufs, t);
             self.steer_and_capture(&mut rec, l, &plan, &bufs.x, &inputs, &reads);
         }
@@ -193,7 +207,7 @@ impl GpuModel {
             grown.push(self.grown_capacity(s.cache, s.cache.len + s.tokens.len())?);
         }
         let largest = [
-            total * (2 * c.ffn).max(c.d_model + 2 * c.kv_dim()),
+            total * (2 * c.ffn).max(c.q_dim() + 2 * c.kv_dim()),
             plan.score_floats,
             batch.iter().map(logit_count).sum::<usize>() * c.vocab,
         ];
@@ -221,17 +235,24 @@ impl GpuModel {
             .collect();
         let tokens = rec.upload("tokens", &tokens);
         let pairs = self.config.rope_dims / 2;
-        let mut angles = Vec::with_capacity(total * pairs * 2);
-        for s in batch {
-            for i in 0..s.tokens.len() {
-                let pos = (s.cache.len + i) as f32;
-                for &f in &self.rope_inv_freq {
-                    let (sin, cos) = (pos * f).sin_cos();
-                    angles.extend([cos, sin]);
+        let angles = |inv_freq: &[f32]| {
+            let mut angles = Vec::with_capacity(total * pairs * 2);
+            for s in batch {
+                for i in 0..s.tokens.len() {
+                    let pos = (s.cache.len + i) as f32;
+                    for &f in inv_freq {
+                        let (sin, cos) = (pos * f).sin_cos();
+                        angles.extend([cos, sin]);
+                    }
                 }
             }
-        }
-        let rope = rec.upload("rope", &f32_bytes(&angles));
+            f32_bytes(&angles)
+        };
+        let rope = rec.upload("rope", &angles(&self.rope_inv_freq));
+        let rope_local = self
+            .rope_inv_freq_local
+            .as_deref()
+            .map(|f| rec.upload("rope_local", &angles(f)));
         let mut steer = Vec::new();
         let mut steer_at = Vec::new();
         for (si, s) in batch.iter().enumerate() {
@@ -244,6 +265,7 @@ impl GpuModel {
         Inputs {
             tokens,
             rope,
+            rope_local,
             steer,
             steer_at,
         }
@@ -277,13 +299,18 @@ impl GpuModel {
     /// The step's activation buffers.
     fn activations(&self, rec: &mut Recorder<'_>, plan: &Plan) -> Activations {
         let c = &self.config;
-        let (t, d, kv) = (plan.total, c.d_model, c.kv_dim());
+        let (t, d, q, kv) = (plan.total, c.d_model, c.q_dim(), c.kv_dim());
+        let proj = match c.recipe().post_norms {
+            true => t * d,
+            false => 1,
+        };
         Activations {
             x: rec.scratch("x", t * d),
             xn: rec.scratch("xn", t * d),
-            xq: rec.scratch("xq", t * d),
-            qkv: rec.scratch("qkv", t * (d + 2 * kv)),
-            attn: rec.scratch("attn", t * d),
+            xq: rec.scratch("xq", t * d.max(q)),
+            qkv: rec.scratch("qkv", t * (q + 2 * kv)),
+            attn: rec.scratch("attn", t * q),
+            proj: rec.scratch("proj", proj),
             gate_up: rec.scratch("gate_up", t * 2 * c.ffn),
             act: rec.scratch("act", t * c.ffn),
             scores: rec.scratch("scores", plan.score_floats),
@@ -317,13 +344,21 @@ impl GpuModel {
                 (&bufs.qkv, Store::Set),
                 t,
             );
+            let c = &self.config;
+            let width = c.q_dim() + 2 * c.kv_dim();
             if let Some(bias) = &b.qkv_bias {
-                let c = &self.config;
-                let width = c.d_model + 2 * c.kv_dim();
                 let add = (&self.pipes.add, Kernel::Bias);
                 add::record(rec, add, (&bufs.qkv, 0), (bias, 0), t * width, width);
             }
-            rope::record(rec, &self.pipes.rope, &self.config, (&bufs.qkv, rope), t);
+            if let Some([qn, kn]) = &b.qk_norm {
+                let (pipe, hd) = (&self.pipes.head_norm, c.head_dim);
+                let rows = (t, width);
+                let q_heads = (0, c.n_heads, hd);
+                head_norm::record(rec, pipe, (&bufs.qkv, qn), rows, q_heads, c.rms_eps);
+                let k_heads = (c.q_dim(), c.n_kv_heads, hd);
+                head_norm::record(rec, pipe, (&bufs.qkv, kn), rows, k_heads, c.rms_eps);
+            }
+            rope::record(rec, &self.pipes.rope, c, (&bufs.qkv, rope), t);
         }
         // Attention rounds its output where the output projection reads 8-bit
         // blocks, and the kernel can.
@@ -341,19 +376,60 @@ impl GpuModel {
         }
         let wo = std::slice::from_ref(&b.wo);
         let attn_q = if rounded { &bufs.attn } else { &bufs.xq };
-        let out = (&bufs.x, Store::Add);
+        let post_norm = b.post_norms.as_ref().map(|[attn, _]| attn);
+        let out = self.residual_target(bufs, post_norm);
         self.matmul(rec, wo, (&bufs.attn, attn_q), &mut rounded, out, t);
+        self.add_normed(rec, bufs, post_norm, t);
+    }
+
+    /// Where a block's output projection stores: added to the residual stream as it
+    /// stores, or into `proj` for its `post_norm` first.
+    fn residual_target<'a>(
+        &self,
+        bufs: &'a Activations,
+        post_norm: Option<&wgpu::Buffer>,
+    ) -> (&'a wgpu::Buffer, Store<'a>) {
+        match post_norm {
+            Some(_) => (&bufs.proj, Store::Set),
+            None => (&bufs.x, Store::Add),
+        }
+    }
+
+    /// With a `post_norm`, the output in `proj` normed and added to the residual
+    /// stream (what [`Self::residual_target`] left there).
+    fn add_normed(
+        &self,
+        rec: &mut Recorder<'_>,
+        bufs: &Activations,
+        post_norm: Option<&wgpu::Buffer>,
+        t: usize,
+    ) {
+        let Some(g) = post_norm else { return };
+        let c = &self.config;
+        let normed = [&bufs.proj, g, &bufs.xn, &bufs.xq];
+        rms_norm::record(
+            rec,
+            &self.pipes.rms_norm,
+            normed,
+            t,
+            (c.d_model, c.rms_eps),
+            false,
+        );
+        let add = (&self.pipes.add, Kernel::Residual);
+        let n = t * c.d_model;
+        add::record(rec, add, (&bufs.x, 0), (&bufs.xn, 0), n, n);
     }
 
     /// A block's feed-forward, added to the residual stream: norm, the gate and up
-    /// projections, SwiGLU, and the down projection.
+    /// projections, the gated activation, the down projection, and the output norm
+    /// where the family has one.
     fn feed_forward(&self, rec: &mut Recorder<'_>, b: &GpuBlock, bufs: &Activations, t: usize) {
         let c = &self.config;
         let normed = (&bufs.xn, &bufs.xq);
         let mut quantized = self.rms_norm(rec, &bufs.x, &b.ffn_norm, normed, t, &b.gate_up);
         let gu = (&bufs.gate_up, Store::Set);
         self.matmul(rec, &b.gate_up, normed, &mut quantized, gu, t);
-        // SwiGLU, rounded on the way where the down projection reads 8-bit blocks:
+        // The gated activation, rounded on the way where the down projection reads 8-bit blocks:
         // `act` is then its input either way.
         let round = b.down.ty.uses_q8_activations();
         let (gate_up, act) = (&bufs.gate_up, &bufs.act);
@@ -362,12 +438,15 @@ impl GpuModel {
             rec,
             &self.pipes.quantize,
             (gate_up, act),
-            Some(c.ffn),
+            Some((c.ffn, c.recipe().activation)),
             round,
             n_blocks,
         );
         let down = std::slice::from_ref(&b.down);
-        self.matmul(rec, down, (act, act), &mut true, (&bufs.x, Store::Add), t);
+        let post_norm = b.post_norms.as_ref().map(|[_, ffn]| ffn);
+        let out = self.residual_target(bufs, post_norm);
+        self.matmul(rec, down, (act, act), &mut true, out, t);
+        self.add_normed(rec, bufs, post_norm, t);
     }
 
     /// After block `l`: the steering vectors added to their sequences' rows of the

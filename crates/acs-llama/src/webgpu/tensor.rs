@@ -41,6 +41,10 @@ pub(crate) struct GpuBlock {
     pub(crate) qkv: Vec<GpuTensor>,
     /// Their biases side by side, where the family has them.
     pub(crate) qkv_bias: Option<wgpu::Buffer>,
+    /// The query and key heads' norms, where the family has them.
+    pub(crate) qk_norm: Option<[wgpu::Buffer; 2]>,
+    /// The norms of the attention and MLP outputs, where the family has them.
+    pub(crate) post_norms: Option<[wgpu::Buffer; 2]>,
     pub(crate) wo: GpuTensor,
     pub(crate) ffn_norm: wgpu::Buffer,
     /// Gate and up projections.

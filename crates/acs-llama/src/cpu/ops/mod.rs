@@ -145,6 +145,22 @@ impl F32Ops {
         }
         swiglu_lanes(gate, up);
     }
+
+    /// `gate[i] = gelu(gate[i]) · up[i]` with GELU's tanh approximation: Gemma's
+    /// gated activation. Scalar on every target: it runs on the MLP's width once per
+    /// row, a small share of the step beside the matmuls around it.
+    pub fn geglu(self, gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "gate and up of one width");
+        for (g, &u) in gate.iter_mut().zip(up) {
+            *g = gelu(*g) * u;
+        }
+    }
+}
+
+/// GELU in its tanh approximation: x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715·x³))).
+pub(crate) fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
 }
 
 /// The body of [`F32Ops::softmax`], inlined into each instruction set's copy.

@@ -31,7 +31,7 @@ params! {
         group: u32,
         /// Values of a head.
         head_dim: u32,
-        /// Values of a row's queries (d_model).
+        /// Values of a row's queries (heads × head width).
         d: u32,
         /// Values of a row's keys, and of its values.
         kv: u32,
@@ -39,10 +39,13 @@ params! {
         stride: u32,
         /// Scores of a (row, head): the positions after this step.
         s_stride: u32,
-        /// 1/sqrt(head_dim).
+        /// What the scores are multiplied by (1/sqrt(head_dim) for most families).
         scale: f32,
         /// Whether to round the output to 8-bit blocks (1) or not (0).
         round: u32,
+        /// Positions a row attends to, its own included, in a sliding-window layer;
+        /// 0 for all of them.
+        window: u32,
     }
 }
 
@@ -77,7 +80,7 @@ pub(crate) fn record(
     let Some((ck, cv)) = &cache.kv else {
         return;
     };
-    let (d, kv) = (c.d_model, c.kv_dim());
+    let (d, kv) = (c.q_dim(), c.kv_dim());
     let base = layer as u64 * cache.layer_bytes;
     let slice = |b: &wgpu::Buffer| Binding {
         buf: b.clone(),
@@ -94,8 +97,12 @@ pub(crate) fn record(
         kv: kv as u32,
         stride: (d + 2 * kv) as u32,
         s_stride: (cache.len + span.len()) as u32,
-        scale: 1.0 / (c.head_dim as f32).sqrt(),
+        scale: c.attention_scale,
         round: u32::from(round),
+        window: match c.sliding_window {
+            Some(w) if c.is_local(layer) => w as u32,
+            _ => 0,
+        },
     };
     let bindings = [whole(qkv), slice(ck), slice(cv), whole(scores), whole(out)];
     // One workgroup per (new row, head).

@@ -23,6 +23,8 @@ params! {
         cols: u32,
         /// Bytes of a row in the weights' format.
         row_bytes: u32,
+        /// What the rows are multiplied by (sqrt(d_model) for Gemma, else 1).
+        scale: f32,
     }
 }
 
@@ -37,15 +39,16 @@ fn groups(cols: usize, tokens: usize) -> (u32, u32, u32) {
     ((cols as u32 / 32).div_ceil(WG), tokens as u32, 1)
 }
 
-/// `x` = the rows of `embed` that `tokens` (`n` of them) name, `cols` values each:
-/// a dispatch per weight buffer, each writing the tokens whose rows it holds.
+/// `x` = the rows of `embed` that `tokens` (`n` of them) name, `cols` values each,
+/// times `scale`: a dispatch per weight buffer, each writing the tokens whose rows it
+/// holds.
 pub(crate) fn record(
     rec: &mut Recorder<'_>,
     pipe: &wgpu::ComputePipeline,
     embed: &GpuTensor,
     (tokens, x): (&wgpu::Buffer, &wgpu::Buffer),
     n: usize,
-    cols: usize,
+    (cols, scale): (usize, f32),
 ) {
     for ch in &embed.chunks {
         let p = EmbedParams {
@@ -54,6 +57,7 @@ pub(crate) fn record(
             n_tokens: n as u32,
             cols: cols as u32,
             row_bytes: embed.row_bytes as u32,
+            scale,
         };
         let bindings = [whole(&ch.buf), whole(tokens), whole(x)];
         rec.dispatch(Kernel::Embed, pipe, bindings, &p, groups(cols, n));

@@ -145,7 +145,7 @@ pub(crate) fn record(
     batch: usize,
 ) {
     let (angles, rope_end) = match target.store {
-        Store::Rotated(angles) => (angles, c.d_model + c.kv_dim()),
+        Store::Rotated(angles) => (angles, c.q_dim() + c.kv_dim()),
         Store::Set | Store::Add => (x, 0),
     };
     let pipe = &pipes.by_format[&(w.ty, rope_end > 0)];

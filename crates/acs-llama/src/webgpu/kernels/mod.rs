@@ -11,6 +11,7 @@ pub(super) mod add;
 pub(super) mod attention;
 pub(super) mod dequant;
 pub(super) mod embed;
+pub(super) mod head_norm;
 pub(super) mod matmul;
 pub(super) mod quantize;
 pub(super) mod rms_norm;
@@ -118,6 +119,7 @@ pub(super) struct Pipelines {
     pub(super) add: wgpu::ComputePipeline,
     pub(super) attention: wgpu::ComputePipeline,
     pub(super) rope: wgpu::ComputePipeline,
+    pub(super) head_norm: wgpu::ComputePipeline,
 }
 
 impl Pipelines {
@@ -137,6 +139,7 @@ impl Pipelines {
             add: add::pipeline(device),
             attention: attention::pipeline(device),
             rope: rope::pipeline(device),
+            head_norm: head_norm::pipeline(device),
         }
     }
 }
@@ -215,7 +218,7 @@ mod tests {
         assert!(src.starts_with("const WG: u32 = 64u;\n"));
         assert!(src.ends_with(
             "struct Params {\n    row0: u32,\n    rows: u32,\n    n_tokens: u32,\n    \
-             cols: u32,\n    row_bytes: u32,\n}\n"
+             cols: u32,\n    row_bytes: u32,\n    scale: f32,\n}\n"
         ));
         let p = embed::EmbedParams {
             row0: 1,
@@ -223,11 +226,12 @@ mod tests {
             n_tokens: 3,
             cols: 4,
             row_bytes: 5,
+            scale: 0.5,
         };
         let words: Vec<u32> = bytemuck::bytes_of(&p)
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
             .collect();
-        assert_eq!(words, [1, 2, 3, 4, 5]);
+        assert_eq!(words, [1, 2, 3, 4, 5, 0.5f32.to_bits()]);
     }
 }

@@ -41,7 +41,7 @@ pub(crate) fn record(
     (qkv, cs): (&wgpu::Buffer, &wgpu::Buffer),
     rows: usize,
 ) {
-    let width = c.d_model + c.kv_dim();
+    let width = c.q_dim() + c.kv_dim();
     let p = RopeParams {
         rows: rows as u32,
         stride: (width + c.kv_dim()) as u32,

@@ -69,6 +69,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let i = wg.x;
     let h = wg.y;
     let n = P.pos0 + i + 1u;
+    // A sliding-window layer's row sees its last `window` positions only.
+    var first = 0u;
+    if P.window != 0u && n > P.window {
+        first = n - P.window;
+    }
     let qo = (P.row0 + i) * P.stride + h * P.head_dim;
     let oo = (P.row0 + i) * P.d + h * P.head_dim;
     let ko = (h / P.group) * P.head_dim;
@@ -88,7 +93,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     // -FLT_MAX by its bits: Chrome (Tint) rejects the rounded decimal -3.4028235e38
     // as out of range, where naga accepts it.
     var m = bitcast<f32>(0xff7fffffu);
-    for (var t = lid; t < n; t += WG) {
+    for (var t = first + lid; t < n; t += WG) {
         var s = 0.0;
         for (var e = 0u; e < P.head_dim; e += 2u) {
             let k = key_pair(t, ko, e);
@@ -101,7 +106,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     let mx = reduce(lid, m, 0u);
     var sum = 0.0;
-    for (var t = lid; t < n; t += WG) {
+    for (var t = first + lid; t < n; t += WG) {
         let p = exp(S[so + t] - mx);
         S[so + t] = p;
         sum += p;
@@ -110,7 +115,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     storageBarrier();
     for (var e = lid; e < P.head_dim; e += WG) {
         var acc = 0.0;
-        for (var t = 0u; t < n; t++) {
+        for (var t = first; t < n; t++) {
             let v = value_pair(t, ko, e & ~1u);
             acc += S[so + t] / total * select(v.x, v.y, (e & 1u) == 1u);
         }

@@ -22,6 +22,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     fill((tok - P.row0) * P.row_bytes, c);
     for (var j = 0u; j < 32u; j++) {
-        X[t * P.cols + 32u * c + j] = y[j];
+        X[t * P.cols + 32u * c + j] = y[j] * P.scale;
     }
 }

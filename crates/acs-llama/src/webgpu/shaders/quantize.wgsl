@@ -1,6 +1,6 @@
 // Y = X rounded to 8-bit blocks of 32 (round8.wgsl, prepended), the input of a
-// block-format matmul. With `swiglu` set, the values are silu(gate) · up instead, the
-// feed-forward's activation, from X's rows of `2 * width` (the gate and up
+// block-format matmul. With `gated` set, the values are silu(gate) · up (1) or
+// gelu(gate) · up (2, GELU's tanh approximation) instead, the feed-forward's activation, from X's rows of `2 * width` (the gate and up
 // projections side by side, as one matmul writes them), so that the down
 // projection's input costs one dispatch; with `round` unset they are stored as they
 // are, for a down projection that reads floats.
@@ -13,12 +13,17 @@
 @group(0) @binding(2) var<uniform> P: Params;
 
 fn value(i: u32) -> f32 {
-    if P.swiglu != 0u {
-        let at = i / P.width * 2u * P.width + i % P.width;
-        let g = X[at];
+    if P.gated == 0u {
+        return X[i];
+    }
+    let at = i / P.width * 2u * P.width + i % P.width;
+    let g = X[at];
+    if P.gated == 1u {
         return g / (1.0 + exp(-g)) * X[at + P.width];
     }
-    return X[i];
+    // tanh saturates long before |u| = 10; the clamp keeps exp inside tanh finite.
+    let u = clamp(0.7978846 * g * (1.0 + 0.044715 * g * g), -10.0, 10.0);
+    return 0.5 * g * (1.0 + tanh(u)) * X[at + P.width];
 }
 
 @compute @workgroup_size(WG)

@@ -1,0 +1,33 @@
+//! The Gemma 3 family (text): query and key heads RMS-normalised before RoPE, the
+//! attention and MLP outputs normalised again before they join the residual stream,
+//! a GELU-gated MLP, embeddings scaled by sqrt(d_model), a head width of its own, and
+//! layers that attend to a sliding window of positions with a RoPE base of their own
+//! but every `sliding_window_pattern`-th one (see [`ModelConfig`](super::ModelConfig)).
+//!
+//! The GGUF converter already adds Gemma's 1 to every norm weight, so the norms are
+//! the common RMSNorm.
+
+use super::{Activation, Recipe, RopeStyle};
+
+pub(super) const RECIPE: Recipe = Recipe {
+    qkv_bias: false,
+    rope: RopeStyle::Halves,
+    qk_norm: true,
+    post_norms: true,
+    activation: Activation::Gelu,
+    scaled_embedding: true,
+};
+
+/// Layers in a period of the local/global pattern where the file does not say
+/// (`gemma3.attention.sliding_window_pattern`): five sliding-window layers, then one
+/// global.
+pub(super) const SLIDING_WINDOW_PATTERN: usize = 6;
+
+/// RoPE base of the sliding-window layers where the file does not say
+/// (`gemma3.rope.freq_base_swa`).
+pub(super) const LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+/// Block count of Gemma 3 27B, the one size trained with its queries scaled by
+/// 1/sqrt(d_model/heads) rather than 1/sqrt(head width) (its
+/// `query_pre_attn_scalar`), which its GGUF does not carry.
+pub(super) const LAYERS_27B: usize = 62;

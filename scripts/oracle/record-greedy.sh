@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Records llama.cpp's greedy continuations of a few prompts on Gemma 3 270M Q4_K_M
+# (scripts/fetch-gemma3.sh) into crates/acs-llama/tests/fixtures/gemma3-270m-greedy.jsonl,
+# which tests/real_models.rs holds ACS's tokenizer and forward pass to. Rerun it to
+# check against another llama.cpp, or after changing the prompts here.
+#
+# usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/oracle/record-greedy.sh
+#   (SRC and BUILD as for scripts/oracle/record.sh)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
+: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+gcc -O2 scripts/oracle/greedy.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
+  -o "$work/greedy" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
+  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
+  -lstdc++ -lm -fopenmp -lpthread
+
+model="$(scripts/fetch-gemma3.sh)"
+out=crates/acs-llama/tests/fixtures/gemma3-270m-greedy.jsonl
+# Prompts of prose, code and a sequence, chosen so that llama.cpp's picks are clear
+# (its margins are in the file; tests stop comparing at a near tie).
+"$work/greedy" "$model" 16 \
+  "def fibonacci(n):" \
+  "Water boils at" \
+  "1, 2, 3, 4, 5," \
+  "The quick brown fox" \
+  "The capital of France is" 2>/dev/null > "$out"
+echo "recorded $out"

@@ -29,7 +29,7 @@ ids=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "%d ", (i * 97 + 13) % 320 }'
 out=crates/acs-llama/tests/fixtures/families
 mkdir -p "$out"
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(llama qwen2 llama-rope-freqs qwen3 gemma3)
+[ ${#names[@]} -gt 0 ] || names=(llama qwen2 llama-rope-freqs qwen3 gemma3 phi3)
 for name in "${names[@]}"; do
   cargo run -q -p acs-llama --example test_model -- "$name" "$work/$name.gguf"
   # shellcheck disable=SC2086

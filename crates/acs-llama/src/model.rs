@@ -15,7 +15,8 @@ use std::sync::Arc;
 pub use crate::arch::KV_VALUE_BYTES;
 pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle};
 use crate::arch::{
-    BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq, rope_inv_freq_local,
+    BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
+    rope_inv_freq_local,
 };
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
@@ -111,9 +112,18 @@ fn tensor(
     cols: usize,
     rows: usize,
 ) -> Result<Tensor, ModelError> {
-    let (info, data) = file.tensor_data(name)?;
-    check_dims(info, cols, rows)?;
+    tensor_rows(file, MatrixRef::whole(name, cols, rows))
+}
+
+/// The matrix `m`: a whole tensor of the file, or rows of one (a view of the mapped
+/// bytes, no copy).
+fn tensor_rows(file: &Arc<GgufFile>, m: MatrixRef<'_>) -> Result<Tensor, ModelError> {
+    let (info, data) = file.tensor_data(m.name)?;
+    check_dims(info, m.cols, m.tensor_rows)?;
     check_format(info, GgmlType::SUPPORTED)?;
+    let row_bytes = info.ty.row_bytes(m.cols)?;
+    let data = &data[m.first_row * row_bytes..(m.first_row + m.rows) * row_bytes];
+    let (rows, cols) = (m.rows, m.cols);
     let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
     Ok(Tensor {
         ty: info.ty,
@@ -208,7 +218,7 @@ impl Model {
                     c,
                     l,
                     &mut (),
-                    |_, name, cols, rows| tensor(&file, name, cols, rows),
+                    |_, m| tensor_rows(&file, m),
                     |_, name, n| vec(name, n),
                 )
             })

@@ -122,6 +122,7 @@ impl TestModelSpec {
                 head_dim: Some(32),
                 ..family(Family::Qwen3)
             },
+            "phi3" => family(Family::Phi3),
             "gemma3" => TestModelSpec {
                 head_dim: Some(32),
                 sliding_window: Some((8, 2)),
@@ -133,7 +134,14 @@ impl TestModelSpec {
     }
 
     /// The names [`TestModelSpec::oracle_case`] knows.
-    pub const ORACLE_CASES: [&str; 5] = ["llama", "qwen2", "llama-rope-freqs", "qwen3", "gemma3"];
+    pub const ORACLE_CASES: [&str; 6] = [
+        "llama",
+        "qwen2",
+        "llama-rope-freqs",
+        "qwen3",
+        "gemma3",
+        "phi3",
+    ];
 
     fn head_dim(&self) -> usize {
         self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
@@ -349,7 +357,7 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         Family::Qwen2 | Family::Qwen3 => "qwen2",
         // Gemma's own files carry a SentencePiece vocabulary; the test vocabulary is
         // byte-level BPE for every family.
-        Family::Gemma3 => "default",
+        Family::Gemma3 | Family::Phi3 => "default",
     };
     w.add("tokenizer.ggml.pre", string(pre));
     w.add(
@@ -408,9 +416,13 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         let wt = s.weight_type;
         let vt = s.value_down_type.unwrap_or(wt);
         norm(&mut w, &n("attn_norm"), &mut norm_rng)?;
-        matrix(&mut w, &n("attn_q"), s.d_model, q_dim, wt)?;
-        matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
-        matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, vt)?;
+        if recipe.fused {
+            matrix(&mut w, &n("attn_qkv"), s.d_model, q_dim + 2 * kv_dim, wt)?;
+        } else {
+            matrix(&mut w, &n("attn_q"), s.d_model, q_dim, wt)?;
+            matrix(&mut w, &n("attn_k"), s.d_model, kv_dim, wt)?;
+            matrix(&mut w, &n("attn_v"), s.d_model, kv_dim, vt)?;
+        }
         if recipe.qkv_bias {
             for (part, len) in [("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)] {
                 let bytes: Vec<u8> = (0..len)
@@ -430,8 +442,12 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
             norm(&mut w, &n("post_ffw_norm"), &mut norm_rng)?;
         }
         norm(&mut w, &n("ffn_norm"), &mut norm_rng)?;
-        matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;
-        matrix(&mut w, &n("ffn_up"), s.d_model, s.ffn, wt)?;
+        if recipe.fused {
+            matrix(&mut w, &n("ffn_up"), s.d_model, 2 * s.ffn, wt)?;
+        } else {
+            matrix(&mut w, &n("ffn_gate"), s.d_model, s.ffn, wt)?;
+            matrix(&mut w, &n("ffn_up"), s.d_model, s.ffn, wt)?;
+        }
         matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, vt)?;
     }
     norm(&mut w, "output_norm.weight", &mut norm_rng)?;

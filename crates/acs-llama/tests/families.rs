@@ -130,6 +130,25 @@ fn rope_scaling_is_linear_or_refused() {
     assert!(err.to_string().contains("yarn"), "{err}");
 }
 
+/// Phi-3's 128k files rotate by LongRoPE's factors, which ACS does not implement:
+/// they are refused from their metadata, by name.
+#[test]
+fn phi3_longrope_is_refused() {
+    let spec = TestModelSpec::oracle_case("phi3").expect("a known case");
+    let bytes = test_model_bytes(&spec).unwrap();
+    assert!(load(bytes.clone()).is_ok());
+    let long = with_metadata(
+        bytes,
+        &[(
+            "phi3.rope.scaling.original_context_length",
+            MetaValue::U32(4096),
+        )],
+    );
+    let err = load(long).unwrap_err();
+    assert!(matches!(err, ModelError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("LongRoPE"), "{err}");
+}
+
 /// A tensor in a format without kernels (here IQ4_NL, written over a Q8_0 one of the
 /// same shape) fails the load, naming the tensor and its format, rather than the
 /// first step that reaches it.

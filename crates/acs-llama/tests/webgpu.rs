@@ -375,6 +375,14 @@ fn gemma3_matches_cpu() {
     prefill_and_decode(&s, 56, 16);
 }
 
+/// Phi-3: the query, key and value projections one tensor in the file, and the
+/// gate and up ones another, each uploaded and run as the one matmul it is.
+#[test]
+fn phi3_matches_cpu() {
+    let s = TestModelSpec::oracle_case("phi3").expect("a known case");
+    prefill_and_decode(&s, 56, 16);
+}
+
 /// Real Gemma 3 weights (270M Q4_K_M, 262,144 tokens, Q5_0, Q8_0, Q4_K and Q6_K
 /// matrices) on the GPU: llama.cpp's greedy continuation of each recorded prompt, up
 /// to its first near tie, as on the CPU (`real_models.rs`).

@@ -116,6 +116,15 @@ impl ModelConfig {
                 "final logit soft-capping (Gemma 2)".into(),
             ));
         }
+        if family == Family::Phi3
+            && meta
+                .get_usize(&key("rope.scaling.original_context_length"))
+                .is_ok()
+        {
+            return Err(ModelError::Unsupported(
+                "LongRoPE (the Phi-3 128k files)".into(),
+            ));
+        }
         let rope_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
         let mut attention_scale = 1.0 / (head_dim as f32).sqrt();
         let (mut sliding_window, mut local_layers) = (None, Vec::new());

@@ -16,6 +16,7 @@ pub(super) const RECIPE: Recipe = Recipe {
     post_norms: true,
     activation: Activation::Gelu,
     scaled_embedding: true,
+    fused: false,
 };
 
 /// Layers in a period of the local/global pattern where the file does not say

@@ -11,13 +11,14 @@
 mod config;
 mod gemma3;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod tensors;
 
 pub use config::ModelConfig;
 pub(crate) use config::{rope_inv_freq, rope_inv_freq_local};
-pub(crate) use tensors::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
+pub(crate) use tensors::{BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 
 use crate::error::ModelError;
 
@@ -36,11 +37,19 @@ pub enum Family {
     Qwen3,
     /// Gemma 3 (text).
     Gemma3,
+    /// Phi-3 and Phi-3.5 (mini, medium; not the 128k LongRoPE files).
+    Phi3,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3];
+    pub const ALL: [Family; 5] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Gemma3,
+        Family::Phi3,
+    ];
 
     /// The family's `general.architecture`, also the prefix of its metadata keys.
     pub fn name(self) -> &'static str {
@@ -49,6 +58,7 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma3 => "gemma3",
+            Family::Phi3 => "phi3",
         }
     }
 
@@ -71,6 +81,7 @@ impl Family {
             Family::Qwen2 => qwen2::RECIPE,
             Family::Qwen3 => qwen3::RECIPE,
             Family::Gemma3 => gemma3::RECIPE,
+            Family::Phi3 => phi3::RECIPE,
         }
     }
 }
@@ -92,6 +103,9 @@ pub struct Recipe {
     pub activation: Activation,
     /// The token embeddings are multiplied by sqrt(d_model) as they are read.
     pub scaled_embedding: bool,
+    /// The query, key and value projections are one tensor (`attn_qkv`), and the
+    /// gate and up ones another (`ffn_up`, the gate's rows first).
+    pub fused: bool,
 }
 
 /// The function of the MLP's gate, multiplied by its up projection.

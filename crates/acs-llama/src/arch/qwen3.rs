@@ -11,4 +11,5 @@ pub(super) const RECIPE: Recipe = Recipe {
     post_norms: false,
     activation: Activation::Silu,
     scaled_embedding: false,
+    fused: false,
 };

@@ -165,8 +165,8 @@ impl GpuLoader {
                 c,
                 l,
                 &mut needs,
-                |needs, name, cols, rows| {
-                    needs.insert(name.to_owned(), matrix(cols, rows));
+                |needs, m| {
+                    needs.insert(m.name.to_owned(), matrix(m.cols, m.tensor_rows));
                     Ok::<_, GpuError>(())
                 },
                 |needs, name, n| {
@@ -202,10 +202,14 @@ impl GpuLoader {
                 c,
                 l,
                 &mut (),
-                |_, name, _, _| Ok::<_, GpuError>(name.to_owned()),
+                |_, m| Ok::<_, GpuError>(m.name.to_owned()),
                 |_, _, _| Ok(()),
             )?;
             for parts in [vec![n.wq, n.wk, n.wv], vec![n.gate, n.up]] {
+                // Matrices fused in the file are one tensor already.
+                if parts.iter().all(|p| *p == parts[0]) {
+                    continue;
+                }
                 if let Some((tensor, starts)) = stack(&device, &limits, header, &needs, &parts)? {
                     for (name, at) in parts.iter().zip(starts) {
                         part_of.insert(name.clone(), (stacks.len(), at));
@@ -341,7 +345,7 @@ impl GpuLoader {
                     &c,
                     l,
                     &mut self,
-                    |_, name, _, _| Ok(name.to_owned()),
+                    |_, m| Ok(m.name.to_owned()),
                     |s, name, _| take(&mut s.vectors, name),
                 )?;
                 let qkv_bias = t.qkv_bias.map(|parts| self.concat(&parts));
@@ -421,8 +425,11 @@ impl GpuLoader {
     }
 
     /// The matrices `names` (which read the same input) as the tensors that hold them:
-    /// their stack, or each alone.
+    /// their stack, the one tensor the file fused them in, or each alone.
     fn take_matrices(&mut self, names: &[&str]) -> Result<Vec<GpuTensor>, GpuError> {
+        if names.iter().all(|n| *n == names[0]) {
+            return Ok(vec![self.take_matrix(names[0])?]);
+        }
         match self.part_of.get(names[0]) {
             Some(&(s, _)) => match self.stacks[s].waiting.first() {
                 Some(name) => Err(missing(name)),

@@ -471,6 +471,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q5_0 => 8,
         GgmlType::Q5_1 => 9,
         GgmlType::Q8_0 => 7,
+        GgmlType::Q2_K => 10,
+        GgmlType::Q3_K => 11,
         GgmlType::Q4_K => 15,
         GgmlType::Q5_K => 17,
         GgmlType::Q6_K => 18,

@@ -313,6 +313,16 @@ fn f32_matches_cpu() {
 }
 
 #[test]
+fn q2_k_matches_cpu() {
+    prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::Q2_K), 9, 16);
+}
+
+#[test]
+fn q3_k_matches_cpu() {
+    prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::Q3_K), 9, 16);
+}
+
+#[test]
 fn q4_k_matches_cpu() {
     prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::Q4_K), 9, 16);
 }

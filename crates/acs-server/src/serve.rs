@@ -76,15 +76,9 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
     let is_default = a.model.is_none();
     let path = models::resolve(a.model)?;
     let model = models::load(&path)?;
-    let model_id = a.model_id.unwrap_or_else(|| {
-        if is_default {
-            models::DEFAULT_MODEL_ID.to_owned()
-        } else {
-            path.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "model".into())
-        }
-    });
+    let model_id = a
+        .model_id
+        .unwrap_or_else(|| models::model_id(&path, is_default));
     let mut controls = ControlVectors::new();
     for spec in &a.control_vectors {
         let (name, file) = spec.split_once('=').ok_or_else(|| {

@@ -10,7 +10,7 @@ use bytemuck::Pod;
 use half::f16;
 
 use super::activations::BlockQ8;
-use super::formats::{Bf16, F16, F32, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use super::formats::{Bf16, F16, F32, Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use super::{GgmlType, QK};
 
 /// A weight format with kernels here.
@@ -132,6 +132,8 @@ formats! {
     Q4_1 => Q4_1,
     Q5_0 => Q5_0,
     Q5_1 => Q5_1,
+    Q2_K => Q2K,
+    Q3_K => Q3K,
     Q4_K => Q4K,
     Q5_K => Q5K,
     Q6_K => Q6K,

@@ -261,6 +261,8 @@ pub(crate) fn dot_q8_dispatch(
                 };
                 x86::tile::tile::<1, 1>(t, ty, [row], x)[0][0]
             }
+            GgmlType::Q2_K => x86::k_quants::dot_q2_k(t, row, qx.vector(v)),
+            GgmlType::Q3_K => x86::k_quants::dot_q3_k(t, row, qx.vector(v)),
             GgmlType::Q4_K => x86::k_quants::dot_q4_k(t, row, qx.vector(v)),
             GgmlType::Q5_K => x86::k_quants::dot_q5_k(t, row, qx.vector(v)),
             GgmlType::Q6_K => x86::k_quants::dot_q6_k(t, row, qx.vector(v)),

@@ -79,6 +79,8 @@ fn simd_matches_scalar_on_random_bytes() {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
@@ -93,6 +95,8 @@ fn simd_matches_scalar_on_random_bytes() {
             let at: &[usize] = match ty {
                 GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
                 GgmlType::Q6_K => &[208],
+                GgmlType::Q2_K => &[80, 82],
+                GgmlType::Q3_K => &[108],
                 _ => &[0],
             };
             for &a in at {

@@ -1,5 +1,5 @@
 //! WebAssembly SIMD128 kernels, the browser's CPU backend: the dot products of the
-//! 8- and 4-bit formats and of the K-quants (Q4_K, Q5_K, Q6_K) with 8-bit
+//! 8-, 5- and 4-bit formats and of the K-quants (Q2_K to Q6_K) with 8-bit
 //! activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
 //! 32-bit sums). Compiled in when the build enables `simd128`, as
 //! `.cargo/config.toml` does for every wasm32 build; wasm has no runtime feature
@@ -10,8 +10,8 @@ use std::arch::wasm32::*;
 use super::activations::{BlockQ8, QuantizedActivations};
 use super::format::{Half, blocks};
 use super::formats::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, KBlock, Q4Block,
-    unpack_scales_k4,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, KBlock, Q4Block, unpack_scales_k4,
 };
 use super::runner::{RowKernel, rows_by_four};
 use super::{GgmlType, QK};
@@ -95,13 +95,91 @@ fn q6_values(b: &BlockQ6K, s: usize) -> [v128; 2] {
     })
 }
 
-/// Q6_K's integer sum of sub-block `s` of super-block `b`: `halves` are its two
-/// halves' four partial sums, and each half of 16 values has its own scale (a
-/// signed byte of `b.scales`).
+/// The integer sum of a sub-block of 32 whose halves of 16 have scales of their own
+/// (Q2_K, Q3_K, Q6_K): `halves` are the halves' four partial sums.
 #[inline(always)]
-fn q6_scaled(halves: [v128; 2], b: &BlockQ6K, s: usize) -> v128 {
-    let sc = |h: usize| i32x4_splat(i32::from(b.scales[2 * s + h] as i8));
+fn scaled(halves: [v128; 2], scales: [i32; 2]) -> v128 {
+    let sc = |h: usize| i32x4_splat(scales[h]);
     i32x4_add(i32x4_mul(halves[0], sc(0)), i32x4_mul(halves[1], sc(1)))
+}
+
+/// Q6_K's scales of sub-block `s`'s halves.
+#[inline(always)]
+fn q6_scales(b: &BlockQ6K, s: usize) -> [i32; 2] {
+    std::array::from_fn(|h| i32::from(b.scales[2 * s + h] as i8))
+}
+
+/// The 2-bit fields of values `32s..32s + 32` (sub-block `s`) of a Q2_K or Q3_K
+/// super-block as two vectors of 16 (0..=3): bits `2j..2j + 2` of the half's 32
+/// bytes for its sub-block `j`.
+#[inline(always)]
+fn low_bits(qs: &[u8], s: usize) -> [v128; 2] {
+    let (half, j) = (s / 4, s % 4);
+    std::array::from_fn(|h| {
+        let q = load(qs, 32 * half + 16 * h);
+        v128_and(u8x16_shr(q, 2 * j as u32), u8x16_splat(3))
+    })
+}
+
+/// Sub-block `s` of a Q2_K super-block: its values (0..=3), its halves' scales and
+/// their mins.
+#[inline(always)]
+fn q2_sub_block(b: &BlockQ2K, s: usize) -> ([v128; 2], [i32; 2], [i32; 2]) {
+    let sm = |h: usize| b.scales[2 * s + h];
+    (
+        low_bits(&b.qs, s),
+        std::array::from_fn(|h| i32::from(sm(h) & 0xF)),
+        std::array::from_fn(|h| i32::from(sm(h) >> 4)),
+    )
+}
+
+/// Sub-block `s` of a Q3_K super-block: its signed values (−4..=3: the low bits,
+/// less 4 where the third bit, bit `s` of `hmask`, is clear) and its halves' scales.
+#[inline(always)]
+fn q3_sub_block(b: &BlockQ3K, s: usize) -> ([v128; 2], [i32; 2]) {
+    let low = low_bits(&b.qs, s);
+    let values = std::array::from_fn(|h| {
+        let bit = v128_and(u8x16_shr(load(&b.hmask, 16 * h), s as u32), u8x16_splat(1));
+        i8x16_sub(v128_or(low[h], i8x16_shl(bit, 2)), i8x16_splat(4))
+    });
+    (
+        values,
+        std::array::from_fn(|h| i32::from(b.scale(2 * s + h))),
+    )
+}
+
+/// A Q2_K sub-block's mins term against activation block `xb`.
+#[inline(always)]
+fn q2_mins(mins: [i32; 2], xb: &BlockQ8) -> f32 {
+    (mins[0] * i32::from(xb.sums[0]) + mins[1] * i32::from(xb.sums[1])) as f32
+}
+
+/// A Q5 block's fifth bits as 16 in the bytes of the values whose bit is set: the
+/// 16 values of each half (bytes `2h`, `2h + 1` of `qh`).
+#[inline(always)]
+fn fifth_bits(qh: [u8; 4]) -> [v128; 2] {
+    let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    std::array::from_fn(|h| {
+        let (a, b) = (qh[2 * h], qh[2 * h + 1]);
+        let bytes = u8x16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+        let set = i8x16_eq(v128_and(bytes, bits), bits);
+        v128_and(set, u8x16_splat(16))
+    })
+}
+
+/// A Q4 or Q5 block's 32 values (0..=31) as two vectors of 16: low nibbles, then
+/// high, each with its fifth bit where the block has them.
+#[inline(always)]
+fn nibble_values<B: Q4Block>(b: &B) -> [v128; 2] {
+    let q = load(b.parts().1, 0);
+    let w = [v128_and(q, u8x16_splat(0x0F)), u8x16_shr(q, 4)];
+    match b.fifth_bits() {
+        Some(qh) => {
+            let f = fifth_bits(qh);
+            [v128_or(w[0], f[0]), v128_or(w[1], f[1])]
+        }
+        None => w,
+    }
 }
 
 /// One weight row of `ty` against `x`, for Q8_0, Q4_0, Q4_1 and the K-quants Q4_K,
@@ -123,6 +201,33 @@ pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
         }
         GgmlType::Q4_0 => q4_dot(blocks::<BlockQ4_0>(row), x, t),
         GgmlType::Q4_1 => q4_dot(blocks::<BlockQ4_1>(row), x, t),
+        GgmlType::Q5_0 => q4_dot(blocks::<BlockQ5_0>(row), x, t),
+        GgmlType::Q5_1 => q4_dot(blocks::<BlockQ5_1>(row), x, t),
+        GgmlType::Q2_K => {
+            let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
+            for (b, xs) in blocks::<BlockQ2K>(row).iter().zip(x.chunks_exact(8)) {
+                let (d, dmin) = (le_f16(t, b.d), le_f16(t, b.dmin));
+                for (s, xb) in xs.iter().enumerate() {
+                    let (w, sc, mn) = q2_sub_block(b, s);
+                    let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
+                    acc = add_scaled(acc, scaled(halves, sc), d * xb.d);
+                    extra -= dmin * xb.d * q2_mins(mn, xb);
+                }
+            }
+            (acc, extra)
+        }
+        GgmlType::Q3_K => {
+            let mut acc = f32x4_splat(0.0);
+            for (b, xs) in blocks::<BlockQ3K>(row).iter().zip(x.chunks_exact(8)) {
+                let d = le_f16(t, b.d);
+                for (s, xb) in xs.iter().enumerate() {
+                    let (w, sc) = q3_sub_block(b, s);
+                    let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
+                    acc = add_scaled(acc, scaled(halves, sc), d * xb.d);
+                }
+            }
+            (acc, 0.0)
+        }
         GgmlType::Q4_K => k4_dot(blocks::<BlockQ4K>(row), x, t),
         GgmlType::Q5_K => k4_dot(blocks::<BlockQ5K>(row), x, t),
         GgmlType::Q6_K => {
@@ -132,7 +237,7 @@ pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
                 for (s, xb) in xs.iter().enumerate() {
                     let w = q6_values(b, s);
                     let halves = [dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1))];
-                    acc = add_scaled(acc, q6_scaled(halves, b, s), d * xb.d);
+                    acc = add_scaled(acc, scaled(halves, q6_scales(b, s)), d * xb.d);
                 }
             }
             (acc, 0.0)
@@ -142,22 +247,17 @@ pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
     Some(finish([acc], [extra])[0])
 }
 
-/// [`dot`] of a Q4_0 (value `d·(nibble − 8)`) or Q4_1 (value `d·nibble + m`) row: the
-/// lanes' scaled integer sums and the blocks' offset terms.
+/// [`dot`] of a Q4_0 (value `d·(nibble − 8)`), Q4_1 (value `d·nibble + m`), Q5_0 or
+/// Q5_1 row: the lanes' scaled integer sums and the blocks' offset terms.
 #[inline(always)]
 fn q4_dot<B: Q4Block>(row: &[B], x: &[BlockQ8], t: &[f32]) -> (v128, f32) {
     let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
-    let low = u8x16_splat(0x0F);
     for (b, xb) in row.iter().zip(x) {
-        let (d, qs) = b.parts();
-        let q = load(qs, 0);
-        // Nibbles 0..15 are valid signed bytes: low ones are values 0..16, high ones
-        // 16..32.
-        let i = i32x4_add(
-            dot16(v128_and(q, low), load_x(xb, 0)),
-            dot16(u8x16_shr(q, 4), load_x(xb, 1)),
-        );
-        let d = le_f16(t, d);
+        // Values 0..=31 are valid signed bytes: the low nibbles are values 0..16,
+        // the high ones 16..32.
+        let w = nibble_values(b);
+        let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+        let d = le_f16(t, b.parts().0);
         acc = add_scaled(acc, i, d * xb.d);
         extra += b.min(d, |h| le_f16(t, h)) * xb.s;
     }
@@ -227,6 +327,10 @@ fn has_kernel(ty: GgmlType) -> bool {
         GgmlType::Q8_0
             | GgmlType::Q4_0
             | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q2_K
+            | GgmlType::Q3_K
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
@@ -261,7 +365,38 @@ fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: 
                     for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
                         let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
                         let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
-                        *acc = add_scaled(*acc, q6_scaled(halves, b, s), d * xb.d);
+                        *acc = add_scaled(*acc, scaled(halves, q6_scales(b, s)), d * xb.d);
+                    }
+                }
+            }
+        }
+        GgmlType::Q2_K => {
+            for (i, b) in blocks::<BlockQ2K>(row).iter().enumerate() {
+                let (d, dmin) = (le_f16(x.t, b.d), le_f16(x.t, b.dmin));
+                for s in 0..8 {
+                    let ([w0, w1], sc, mn) = q2_sub_block(b, s);
+                    let w = widen(w0, w1);
+                    for (((acc, extra), x), xw) in
+                        acc.iter_mut().zip(&mut extra).zip(x.blocks).zip(x.wide)
+                    {
+                        let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
+                        let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
+                        *acc = add_scaled(*acc, scaled(halves, sc), d * xb.d);
+                        *extra -= dmin * xb.d * q2_mins(mn, xb);
+                    }
+                }
+            }
+        }
+        GgmlType::Q3_K => {
+            for (i, b) in blocks::<BlockQ3K>(row).iter().enumerate() {
+                let d = le_f16(x.t, b.d);
+                for s in 0..8 {
+                    let ([w0, w1], sc) = q3_sub_block(b, s);
+                    let w = widen(w0, w1);
+                    for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
+                        let (xb, xw) = (&x[8 * i + s], &xw[8 * i + s]);
+                        let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
+                        *acc = add_scaled(*acc, scaled(halves, sc), d * xb.d);
                     }
                 }
             }
@@ -276,6 +411,8 @@ fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: 
             }
         }
         GgmlType::Q4_0 => q4_tile(blocks::<BlockQ4_0>(row), &x, &mut acc, &mut extra),
+        GgmlType::Q5_0 => q4_tile(blocks::<BlockQ5_0>(row), &x, &mut acc, &mut extra),
+        GgmlType::Q5_1 => q4_tile(blocks::<BlockQ5_1>(row), &x, &mut acc, &mut extra),
         _ => q4_tile(blocks::<BlockQ4_1>(row), &x, &mut acc, &mut extra),
     }
     finish(acc, extra)
@@ -314,7 +451,7 @@ fn k4_tile<B: KBlock, const V: usize>(
     }
 }
 
-/// [`tile`]'s Q4_0 or Q4_1 rows.
+/// [`tile`]'s Q4_0, Q4_1, Q5_0 or Q5_1 rows.
 #[inline(always)]
 fn q4_tile<B: Q4Block, const V: usize>(
     row: &[B],
@@ -322,14 +459,11 @@ fn q4_tile<B: Q4Block, const V: usize>(
     acc: &mut [v128; V],
     extra: &mut [f32; V],
 ) {
-    let low = u8x16_splat(0x0F);
     for (i, b) in row.iter().enumerate() {
-        let (d, qs) = b.parts();
-        let q = load(qs, 0);
-        // Nibbles 0..15 are valid signed bytes: low ones are values 0..16, high ones
-        // 16..32.
-        let w = widen(v128_and(q, low), u8x16_shr(q, 4));
-        let d = le_f16(x.t, d);
+        // As in `q4_dot`.
+        let [w0, w1] = nibble_values(b);
+        let w = widen(w0, w1);
+        let d = le_f16(x.t, b.parts().0);
         let m = b.min(d, |h| le_f16(x.t, h));
         for (((acc, extra), x), xw) in acc.iter_mut().zip(&mut *extra).zip(x.blocks).zip(x.wide) {
             let xb = &x[i];

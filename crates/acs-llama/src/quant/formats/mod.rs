@@ -4,6 +4,8 @@
 
 mod float;
 mod k4;
+mod q2_k;
+mod q3_k;
 mod q4;
 mod q5;
 mod q6_k;
@@ -13,6 +15,8 @@ pub(crate) use float::{Bf16, F16, F32};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use k4::KScales;
 pub(crate) use k4::{BlockQ4K, BlockQ5K, Q4K, Q5K, unpack_scales_k4};
+pub(crate) use q2_k::{BlockQ2K, Q2K};
+pub(crate) use q3_k::{BlockQ3K, Q3K};
 pub(crate) use q4::{BlockQ4_0, BlockQ4_1, Q4_0, Q4_1};
 pub(crate) use q5::{BlockQ5_0, BlockQ5_1, Q5_0, Q5_1};
 pub(crate) use q6_k::{BlockQ6K, Q6K};

@@ -118,14 +118,19 @@ fn nibbles(q: &[u8; QK / 2]) -> [u8; QK] {
     std::array::from_fn(|i| if i < 16 { q[i] & 0xF } else { q[i - 16] >> 4 })
 }
 
-/// The parts of a Q4_0 or Q4_1 block that code shared by both reads (the wasm
-/// kernels, which serve both with one loop).
+/// The parts of a Q4_0, Q4_1, Q5_0 or Q5_1 block that code shared by all four reads
+/// (the wasm kernels, which serve them with one loop).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) trait Q4Block {
     /// The scale and the nibbles.
     fn parts(&self) -> (Half, &[u8; QK / 2]);
     /// The block's min, `d` being its scale as read by `half`.
     fn min(&self, d: f32, half: impl Fn(Half) -> f32) -> f32;
+    /// The fifth bits of a Q5 block (value `i` at bit `i` of the little-endian word).
+    #[inline(always)]
+    fn fifth_bits(&self) -> Option<[u8; 4]> {
+        None
+    }
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

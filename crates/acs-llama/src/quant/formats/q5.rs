@@ -134,3 +134,39 @@ fn pack(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
     let qs = std::array::from_fn(|j| (q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
     (h.to_le_bytes(), qs)
 }
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl super::q4::Q4Block for BlockQ5_0 {
+    #[inline(always)]
+    fn parts(&self) -> (Half, &[u8; QK / 2]) {
+        (self.d, &self.qs)
+    }
+
+    #[inline(always)]
+    fn min(&self, d: f32, _: impl Fn(Half) -> f32) -> f32 {
+        -16.0 * d
+    }
+
+    #[inline(always)]
+    fn fifth_bits(&self) -> Option<[u8; 4]> {
+        Some(self.qh)
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl super::q4::Q4Block for BlockQ5_1 {
+    #[inline(always)]
+    fn parts(&self) -> (Half, &[u8; QK / 2]) {
+        (self.d, &self.qs)
+    }
+
+    #[inline(always)]
+    fn min(&self, _: f32, half: impl Fn(Half) -> f32) -> f32 {
+        half(self.m)
+    }
+
+    #[inline(always)]
+    fn fifth_bits(&self) -> Option<[u8; 4]> {
+        Some(self.qh)
+    }
+}

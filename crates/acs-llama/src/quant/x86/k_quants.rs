@@ -1,5 +1,5 @@
-//! The K-quant kernels (Q4_K, Q5_K, Q6_K): one row against up to four vectors, each
-//! super-block's scales and values unpacked once for all of them.
+//! The K-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): one row against up to four
+//! vectors, each super-block's scales and values unpacked once for all of them.
 
 use std::arch::x86_64::*;
 
@@ -8,7 +8,9 @@ use crate::cpu::x86::{Avx2Token, hsum_ps};
 use crate::quant::GgmlType;
 use crate::quant::activations::QuantizedActivations;
 use crate::quant::format::blocks;
-use crate::quant::formats::{BlockQ4K, BlockQ5K, BlockQ6K, KScales, unpack_scales_k4};
+use crate::quant::formats::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KScales, unpack_scales_k4,
+};
 use crate::quant::runner::{RowKernel, rows_by_four};
 
 macro_rules! safe_entry {
@@ -22,6 +24,8 @@ macro_rules! safe_entry {
         }
     };
 }
+safe_entry!(dot_q2_k => q2_k);
+safe_entry!(dot_q3_k => q3_k);
 safe_entry!(dot_q4_k => q4_k);
 safe_entry!(dot_q5_k => q5_k);
 safe_entry!(dot_q6_k => q6_k);
@@ -157,7 +161,98 @@ fn q6_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     std::array::from_fn(|v| hsum_ps(acc[v]) - 32.0 * corr[v])
 }
 
-/// The K-quant kernel of a format (Q4_K, Q5_K or Q6_K) on one row against `V`
+/// The two 16-value groups' scales of a block of 32 values as the 16-bit lanes
+/// [`_mm256_madd_epi16`] multiplies: `a` for the first 16 values, `b` for the rest.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn group_scales(a: i16, b: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
+}
+
+/// The 2-bit fields of the 32 values of block `j` of a half (bits `2j..2j + 2` of
+/// the half's 32 bytes `q`), Q2_K's values and Q3_K's low bits.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn low_bits(q: __m256i, j: i32) -> __m256i {
+    let shifted = match j {
+        0 => q,
+        1 => _mm256_srli_epi16(q, 2),
+        2 => _mm256_srli_epi16(q, 4),
+        _ => _mm256_srli_epi16(q, 6),
+    };
+    _mm256_and_si256(shifted, _mm256_set1_epi8(3))
+}
+
+/// A Q2_K row against `V` vectors (see [`q4_k`]): the 2-bit values as bytes against
+/// the activations, each group's sum times its 4-bit scale; the mins from the
+/// activation halves' sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut mins = [0f32; V];
+    for (i, b) in blocks::<BlockQ2K>(row).iter().enumerate() {
+        let xs = super_blocks(x, i);
+        let (d, dmin) = (h2f(b.d), h2f(b.dmin));
+        for half in 0..2 {
+            let q = load32(&b.qs[32 * half..]);
+            for j in 0..4 {
+                let s = 4 * half + j;
+                let w = low_bits(q, j as i32);
+                let (sa, sb) = (b.scales[2 * s], b.scales[2 * s + 1]);
+                let sc = group_scales(i16::from(sa & 0xF), i16::from(sb & 0xF));
+                for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(xs) {
+                    let xb = &x[s];
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+                    let dd = d * xb.d;
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
+                    let m = i32::from(sa >> 4) * i32::from(xb.sums[0])
+                        + i32::from(sb >> 4) * i32::from(xb.sums[1]);
+                    *mins += dmin * xb.d * m as f32;
+                }
+            }
+        }
+    }
+    std::array::from_fn(|v| hsum_ps(acc[v]) - mins[v])
+}
+
+/// A Q3_K row against `V` vectors (see [`q4_k`]): each value as low bits plus 4 where
+/// its third bit is set (the signed value + 4, 0..=7) against the activations, times
+/// the group's signed scale; the offset of 4 taken back from the activation halves'
+/// sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut corr = [0f32; V];
+    for (i, b) in blocks::<BlockQ3K>(row).iter().enumerate() {
+        let xs = super_blocks(x, i);
+        let d = h2f(b.d);
+        let hmask = load32(&b.hmask);
+        for half in 0..2 {
+            let q = load32(&b.qs[32 * half..]);
+            for j in 0..4 {
+                let s = 4 * half + j;
+                let bit = _mm256_set1_epi8(1 << s);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit);
+                let four = _mm256_and_si256(set, _mm256_set1_epi8(4));
+                let w = _mm256_or_si256(low_bits(q, j as i32), four);
+                let (sa, sb) = (b.scale(2 * s), b.scale(2 * s + 1));
+                let sc = group_scales(i16::from(sa), i16::from(sb));
+                for ((acc, corr), x) in acc.iter_mut().zip(&mut corr).zip(xs) {
+                    let xb = &x[s];
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+                    let dd = d * xb.d;
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
+                    let off = i32::from(sa) * i32::from(xb.sums[0])
+                        + i32::from(sb) * i32::from(xb.sums[1]);
+                    *corr += dd * off as f32;
+                }
+            }
+        }
+    }
+    std::array::from_fn(|v| hsum_ps(acc[v]) - 4.0 * corr[v])
+}
+
+/// The K-quant kernel of a format (Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) on one row against `V`
 /// vectors; the token proves the kernels' features.
 struct KQuant {
     _t: Avx2Token,
@@ -173,6 +268,8 @@ impl RowKernel for KQuant {
         // blocks only through bounds-checked slicing.
         unsafe {
             match self.ty {
+                GgmlType::Q2_K => q2_k(row, x),
+                GgmlType::Q3_K => q3_k(row, x),
                 GgmlType::Q4_K => q4_k(row, x),
                 GgmlType::Q5_K => q5_k(row, x),
                 _ => q6_k(row, x),
@@ -181,7 +278,7 @@ impl RowKernel for KQuant {
     }
 }
 
-/// Rows `rows` of a Q4_K, Q5_K or Q6_K matrix against every vector of `qx`, up to
+/// Rows `rows` of a K-quant matrix against every vector of `qx`, up to
 /// four vectors per pass over a row, so that a batch unpacks each super-block's
 /// scales and values once per four vectors rather than once per vector; `false`
 /// (and nothing done) for other formats.
@@ -194,7 +291,10 @@ pub(crate) fn k_quant_rows(
     qx: &QuantizedActivations,
     put: &mut impl FnMut(usize, usize, f32),
 ) -> bool {
-    if !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+    if !matches!(
+        ty,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+    ) {
         return false;
     }
     rows_by_four(&KQuant { _t: t, ty }, weights, rb, rows, qx, put);

@@ -6,7 +6,7 @@ use crate::quant::GgmlType;
 use super::const_u32;
 
 /// The weight formats with a WGSL kernel here.
-pub const SUPPORTED: [GgmlType; 11] = [
+pub const SUPPORTED: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -15,6 +15,8 @@ pub const SUPPORTED: [GgmlType; 11] = [
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,

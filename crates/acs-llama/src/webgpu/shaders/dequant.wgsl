@@ -154,6 +154,39 @@ fn fill(o: u32, c: u32) {
                 }
             }
         }
+        // Q2_K: 8 sub-blocks of 32 per 256-value block; 2-bit values at bits
+        // 2(s % 4) of the half's 32 bytes, scale and min per 16 in one byte.
+        case 10u: {
+            let b = o + 84u * (c / 8u);
+            let s = c % 8u;
+            let d = f16_at(b + 80u);
+            let dmin = f16_at(b + 82u);
+            let q = b + 16u + 32u * (s / 4u);
+            let shift = 2u * (s % 4u);
+            for (var l = 0u; l < 32u; l++) {
+                let sm = byte_at(b + 2u * s + l / 16u);
+                let v = f32((byte_at(q + l) >> shift) & 3u);
+                y[l] = d * f32(sm & 15u) * v - dmin * f32(sm >> 4u);
+            }
+        }
+        // Q3_K: Q2_K's low bits, the third bit `s` of byte `l` of `hmask` (clear:
+        // minus 4), and sixteen 6-bit scales packed in 12 bytes.
+        case 11u: {
+            let b = o + 110u * (c / 8u);
+            let s = c % 8u;
+            let d = f16_at(b + 108u);
+            let q = b + 32u + 32u * (s / 4u);
+            let shift = 2u * (s % 4u);
+            for (var l = 0u; l < 32u; l++) {
+                let k = 2u * s + l / 16u;
+                let low = (byte_at(b + 96u + k % 8u) >> (4u * (k / 8u))) & 15u;
+                let high = (byte_at(b + 104u + k % 4u) >> (2u * (k / 4u))) & 3u;
+                let sc = f32(i32(low | (high << 4u)) - 32);
+                let third = (byte_at(b + l) >> s) & 1u;
+                let v = i32((byte_at(q + l) >> shift) & 3u) - select(4, 0, third == 1u);
+                y[l] = d * sc * f32(v);
+            }
+        }
         // Q4_K: 8 sub-blocks of 32 per 256-value block.
         case 12u: {
             let b = o + 144u * (c / 8u);

@@ -288,6 +288,29 @@ impl Model {
         KvCache::new(c.n_layers, c.n_kv_heads, c.head_dim)
     }
 
+    /// The `n` tokens greedy decoding picks after `prompt`, one step per token (the
+    /// highest logit, the lowest id of a tie): what llama.cpp's greedy sampler picks,
+    /// for comparing the two on a file.
+    pub fn greedy(&self, prompt: &[u32], n: usize) -> Result<Vec<u32>, ModelError> {
+        let mut cache = self.new_cache();
+        let mut next = prompt.to_vec();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let mut batch = [SeqInput {
+                cache: &mut cache,
+                tokens: &next,
+                steering: &[],
+                capture: &[],
+                logits: Logits::Last,
+            }];
+            let logits = self.forward(&mut batch)?.remove(0).logits;
+            let best = crate::sample::top_k_indices(&logits, 1)[0] as u32;
+            out.push(best);
+            next = vec![best];
+        }
+        Ok(out)
+    }
+
     /// Advances each sequence of `batch` by its new tokens; returns, per sequence, the
     /// logits it asked for and the activations it captured.
     pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<SeqOutput>, ModelError> {

@@ -6,31 +6,8 @@
 
 mod gemma3_270m;
 
-use acs_llama::model::{Logits, Model, SeqInput};
+use acs_llama::model::Model;
 use gemma3_270m::{cases, gemma3_path};
-
-/// `n` greedy tokens after `prompt`, one decode step each.
-fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut cache = model.new_cache();
-    let mut next: Vec<u32> = prompt.to_vec();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let mut batch = [SeqInput {
-            cache: &mut cache,
-            tokens: &next,
-            steering: &[],
-            capture: &[],
-            logits: Logits::Last,
-        }];
-        let logits = model.forward(&mut batch).expect("step").remove(0).logits;
-        let t = (0..logits.len())
-            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-            .expect("logits") as u32;
-        out.push(t);
-        next = vec![t];
-    }
-    out
-}
 
 #[test]
 fn gemma3_270m_tokenizes_and_continues_as_llama_cpp() {
@@ -43,7 +20,7 @@ fn gemma3_270m_tokenizes_and_continues_as_llama_cpp() {
             .expect("encodes");
         assert_eq!(ids, case.prompt_ids, "tokens of {:?}", case.prompt);
         let upto = case.compared();
-        let got = greedy(&model, &ids, upto);
+        let got = model.greedy(&ids, upto).expect("greedy steps");
         eprintln!(
             "{:?} -> {:?} ({upto} tokens compared)",
             case.prompt,

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Checks a GGUF file against llama.cpp: llama.cpp tokenizes each prompt and continues
+# it greedily (scripts/oracle/greedy.c), then ACS does the same on the same file and
+# reports, per prompt, whether its tokens agree and how far its greedy tokens follow
+# llama.cpp's (a difference at one of llama.cpp's own near ties is rounding).
+#
+# usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/check-gguf.sh MODEL.gguf [PROMPT ...]
+#   SRC, BUILD: llama.cpp's source tree and a CMake build of it with static libraries
+#               (see scripts/oracle/record.sh)
+#   N_TOKENS:   greedy tokens per prompt (default 16)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
+: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
+model="${1:?usage: scripts/check-gguf.sh MODEL.gguf [PROMPT ...]}"
+shift
+prompts=("$@")
+[ ${#prompts[@]} -gt 0 ] || prompts=("The capital of France is" "def fibonacci(n):" "1, 2, 3, 4, 5,")
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+gcc -O2 scripts/oracle/greedy.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
+  -o "$work/greedy" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
+  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
+  -lstdc++ -lm -fopenmp -lpthread
+"$work/greedy" "$model" "${N_TOKENS:-16}" "${prompts[@]}" 2>/dev/null > "$work/greedy.jsonl"
+cargo run -q --release -p acs-llama --example check_gguf -- "$model" "$work/greedy.jsonl"

@@ -20,12 +20,16 @@ gcc -O2 scripts/oracle/greedy.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/includ
 
 model="$(scripts/fetch-gemma3.sh)"
 out=crates/acs-llama/tests/fixtures/gemma3-270m-greedy.jsonl
-# Prompts of prose, code and a sequence, chosen so that llama.cpp's picks are clear
-# (its margins are in the file; tests stop comparing at a near tie).
+# Prompts of prose, code and sequences, most chosen for long runs of clear picks
+# (llama.cpp's margins are in the file; tests stop comparing at a near tie).
 "$work/greedy" "$model" 16 \
-  "def fibonacci(n):" \
-  "Water boils at" \
+  "A, B, C, D," \
+  "10, 20, 30, 40," \
   "1, 2, 3, 4, 5," \
+  "for i in range(10):" \
   "The quick brown fox" \
+  "Water boils at" \
+  "Monday, Tuesday, Wednesday," \
+  "def fibonacci(n):" \
   "The capital of France is" 2>/dev/null > "$out"
 echo "recorded $out"

@@ -36,7 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let v: serde_json::Value = serde_json::from_str(line)?;
         let ids = |k: &str| -> Vec<u32> {
             v[k].as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_u64())
+                        .map(|x| x as u32)
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let prompt = v["prompt"].as_str().unwrap_or_default();

@@ -12,7 +12,7 @@ use gemma3_270m::{cases, gemma3_path};
 #[test]
 fn gemma3_270m_tokenizes_and_continues_as_llama_cpp() {
     let model = Model::open(gemma3_path()).expect("Gemma 3 270M loads");
-    let mut clean = 0;
+    let mut compared = 0;
     for case in cases() {
         let ids = model
             .tokenizer
@@ -34,7 +34,7 @@ fn gemma3_270m_tokenizes_and_continues_as_llama_cpp() {
             model.tokenizer.decode(&got),
             model.tokenizer.decode(&case.ids[..upto]),
         );
-        clean += usize::from(upto == 16);
+        compared += upto;
     }
-    assert!(clean >= 4, "{clean} prompts compared over all 16 tokens");
+    assert!(compared >= 64, "{compared} greedy tokens compared in all");
 }

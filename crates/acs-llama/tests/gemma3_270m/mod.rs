@@ -7,9 +7,10 @@
 /// Below this margin of llama.cpp's pick over its runner-up, the two are a tie
 /// within the rounding both implementations make (8-bit activations, half-float
 /// caches, at different points): the comparison of a continuation stops at its
-/// first such pick. llama.cpp's batch and one-token paths alone disagree by 0.16 on
-/// one of these logits.
-const NEAR_TIE: f32 = 0.15;
+/// first such pick. On this file each one's logits stray from those of the same
+/// weights in f32 by 0.1 to 0.16 (root mean square) and up to 1 (docs/performance.md,
+/// "Accuracy"), while on the f32 file the two agree to 0.01.
+const NEAR_TIE: f32 = 0.5;
 
 /// The file's path; panics, so that the test fails rather than skips, where it
 /// is missing.

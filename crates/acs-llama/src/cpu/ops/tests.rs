@@ -91,59 +91,66 @@ fn cache_halves_round_to_nearest_and_saturate() {
     }
 }
 
-/// Attention over a cache of halves, for 1 to 5 query heads per key/value head:
+/// Attention over a cache of halves, for 1 to 5 query heads per key/value head and
+/// heads of several widths:
 /// both instruction sets, against f64 sums of the same (already rounded) values;
 /// each head's result the same bits as that head's alone, and the weighted sums
 /// of a cache in two parts the same bits as of one.
 #[test]
 fn dots_and_weighted_sums_read_halves() {
-    let hd = 64;
-    let n = 13;
-    let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
-    let mut cache = Vec::new();
-    F32Ops(Isa::Portable).append_halves(&xs, &mut cache);
-    for heads in 1..=5 {
-        let q: Vec<f32> = (0..heads * hd).map(|i| (i as f32 * 0.37).cos()).collect();
-        let w: Vec<f32> = (0..heads * n).map(|i| 1.0 / (i as f32 + 2.0)).collect();
-        for ops in [F32Ops::detect(), F32Ops(Isa::Portable)] {
-            let mut scores = vec![0f32; heads * n];
-            ops.dots(&q, heads, &cache, hd, &mut scores);
-            let mut out = vec![0f32; heads * hd];
-            ops.weighted_sum(&w, heads, &cache, hd, &mut out);
-            // The positions in two parts, summed by two calls: the same bits.
-            for split in [1, 5, n - 1] {
-                let part = |range: std::ops::Range<usize>| -> Vec<f32> {
-                    (0..heads)
-                        .flat_map(|h| w[h * n + range.start..h * n + range.end].to_vec())
-                        .collect()
-                };
-                let mut parts = vec![0f32; heads * hd];
-                let (early, late) = cache.split_at(split * hd);
-                ops.weighted_sum(&part(0..split), heads, early, hd, &mut parts);
-                ops.weighted_sum(&part(split..n), heads, late, hd, &mut parts);
-                assert_eq!(parts, out, "{heads} heads, split at {split}");
-            }
-            for h in 0..heads {
-                let mut alone = vec![0f32; n];
-                ops.dots(&q[h * hd..(h + 1) * hd], 1, &cache, hd, &mut alone);
-                assert_eq!(alone, scores[h * n..(h + 1) * n], "{heads} heads, head {h}");
-                let mut alone = vec![0f32; hd];
-                ops.weighted_sum(&w[h * n..(h + 1) * n], 1, &cache, hd, &mut alone);
-                assert_eq!(alone, out[h * hd..(h + 1) * hd], "{heads} heads, head {h}");
-                for t in 0..n {
-                    let want: f64 = (0..hd)
-                        .map(|e| f64::from(q[h * hd + e]) * f64::from(cache[t * hd + e].to_f32()))
-                        .sum();
-                    assert!(
-                        (f64::from(scores[h * n + t]) - want).abs() < 1e-4,
-                        "{h} {t}"
-                    );
+    // Llama's heads of 64 and the other families' (96, 128, 256), and one of 40.
+    for hd in [64, 40, 96, 128, 256] {
+        let n = 13;
+        let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
+        let mut cache = Vec::new();
+        F32Ops(Isa::Portable).append_halves(&xs, &mut cache);
+        for heads in 1..=5 {
+            let q: Vec<f32> = (0..heads * hd).map(|i| (i as f32 * 0.37).cos()).collect();
+            let w: Vec<f32> = (0..heads * n).map(|i| 1.0 / (i as f32 + 2.0)).collect();
+            for ops in [F32Ops::detect(), F32Ops(Isa::Portable)] {
+                let mut scores = vec![0f32; heads * n];
+                ops.dots(&q, heads, &cache, hd, &mut scores);
+                let mut out = vec![0f32; heads * hd];
+                ops.weighted_sum(&w, heads, &cache, hd, &mut out);
+                // The positions in two parts, summed by two calls: the same bits.
+                for split in [1, 5, n - 1] {
+                    let part = |range: std::ops::Range<usize>| -> Vec<f32> {
+                        (0..heads)
+                            .flat_map(|h| w[h * n + range.start..h * n + range.end].to_vec())
+                            .collect()
+                    };
+                    let mut parts = vec![0f32; heads * hd];
+                    let (early, late) = cache.split_at(split * hd);
+                    ops.weighted_sum(&part(0..split), heads, early, hd, &mut parts);
+                    ops.weighted_sum(&part(split..n), heads, late, hd, &mut parts);
+                    assert_eq!(parts, out, "{heads} heads, split at {split}");
                 }
-                for e in 0..hd {
-                    let want: f64 = (0..n)
-                        .map(|t| f64::from(w[h * n + t]) * f64::from(cache[t * hd + e].to_f32()))
-                        .sum();
-                    assert!((f64::from(out[h * hd + e]) - want).abs() < 1e-4, "{h} {e}");
+                for h in 0..heads {
+                    let mut alone = vec![0f32; n];
+                    ops.dots(&q[h * hd..(h + 1) * hd], 1, &cache, hd, &mut alone);
+                    assert_eq!(alone, scores[h * n..(h + 1) * n], "{heads} heads, head {h}");
+                    let mut alone = vec![0f32; hd];
+                    ops.weighted_sum(&w[h * n..(h + 1) * n], 1, &cache, hd, &mut alone);
+                    assert_eq!(alone, out[h * hd..(h + 1) * hd], "{heads} heads, head {h}");
+                    for t in 0..n {
+                        let want: f64 = (0..hd)
+                            .map(|e| {
+                                f64::from(q[h * hd + e]) * f64::from(cache[t * hd + e].to_f32())
+                            })
+                            .sum();
+                        assert!(
+                            (f64::from(scores[h * n + t]) - want).abs() < 1e-4,
+                            "{h} {t}"
+                        );
+                    }
+                    for e in 0..hd {
+                        let want: f64 = (0..n)
+                            .map(|t| {
+                                f64::from(w[h * n + t]) * f64::from(cache[t * hd + e].to_f32())
+                            })
+                            .sum();
+                        assert!((f64::from(out[h * hd + e]) - want).abs() < 1e-4, "{h} {e}");
+                    }
                 }
             }
         }

@@ -1,5 +1,7 @@
-//! The AVX2 and AVX-512 kernels of [`F32Ops`](super::F32Ops): heads of [`HEAD`] half
-//! floats read once for up to four query heads that share them.
+//! The AVX2 and AVX-512 kernels of [`F32Ops`](super::F32Ops): heads of half floats
+//! read once for up to four query heads that share them. Heads of [`HEAD`] values
+//! take the 512-bit kernels where the CPU has them; other widths (a multiple of 8:
+//! Phi-3's 96, Qwen3's and Llama 3 8B's 128, Gemma 3's 256) the 256-bit ones.
 
 use std::arch::x86_64::*;
 
@@ -7,8 +9,14 @@ use half::f16;
 
 use crate::cpu::x86::{Avx2Token, hsum_ps, load8f};
 
-/// The head width the attention kernels are unrolled for (most Llama models').
+/// The head width the 512-bit attention kernels are unrolled for (most small Llama
+/// models').
 pub(super) const HEAD: usize = 64;
+
+/// Whether the kernels here serve heads `hd` wide.
+pub(super) fn serves(hd: usize) -> bool {
+    hd > 0 && hd.is_multiple_of(8)
+}
 
 /// Eight half floats of `h` from `at` as f32.
 #[inline(always)]
@@ -29,25 +37,25 @@ fn load8h(h: &[f16], at: usize) -> __m256 {
 const AHEAD: usize = 8;
 
 /// Asks for the first [`AHEAD`] positions of a head's cache (positions `stride`
-/// halves apart, `n` of them at most), before a loop that asks [`AHEAD`] ahead.
+/// halves apart, `n` of them at most, `hd` halves each), before a loop that asks
+/// [`AHEAD`] ahead.
 #[inline(always)]
-fn prefetch_first(h: &[f16], n: usize, stride: usize) {
+fn prefetch_first(h: &[f16], n: usize, stride: usize, hd: usize) {
     for t in 0..AHEAD.min(n) {
-        prefetch_position(h, t * stride);
+        prefetch_position(h, t * stride, hd);
     }
 }
 
-/// Asks for the cache lines of one position's head (`HEAD` halves from `at`), if
-/// it exists.
+/// Asks for the cache lines of one position's head (`hd` halves from `at`), if it
+/// exists.
 #[inline(always)]
-fn prefetch_position(h: &[f16], at: usize) {
-    if let Some(p) = h.get(at..at + HEAD) {
+fn prefetch_position(h: &[f16], at: usize, hd: usize) {
+    if let Some(p) = h.get(at..at + hd) {
         let p: *const i8 = p.as_ptr().cast();
-        // SAFETY: prefetching has no effect on memory; both addresses lie in `p`
-        // (`HEAD` halves are 128 bytes). SSE is part of x86-64.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p);
-            _mm_prefetch::<_MM_HINT_T0>(p.add(64));
+        for line in (0..2 * hd).step_by(64) {
+            // SAFETY: prefetching has no effect on memory; the address lies in `p`
+            // (`hd` halves are `2 · hd` bytes). SSE is part of x86-64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(line)) };
         }
     }
 }
@@ -64,8 +72,8 @@ macro_rules! by_heads {
     };
 }
 
-/// [`super::F32Ops::dots`] for heads of [`HEAD`] values, four query heads at a
-/// time at most; the caller checked that `keys` holds every position.
+/// [`super::F32Ops::dots`] for heads of `hd` values ([`serves`]), four query heads
+/// at a time at most; the caller checked that `keys` holds every position.
 pub(super) fn dots(
     t: Avx2Token,
     q: &[f32],
@@ -74,34 +82,39 @@ pub(super) fn dots(
     stride: usize,
     scores: &mut [f32],
 ) {
-    let n = scores.len() / heads;
-    for (q, scores) in q.chunks(4 * HEAD).zip(scores.chunks_mut(4 * n)) {
+    let (n, hd) = (scores.len() / heads, q.len() / heads);
+    for (q, scores) in q.chunks(4 * hd).zip(scores.chunks_mut(4 * n)) {
         // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
         // FMA and F16C, and its `avx512` is set only when it found AVX-512 F too:
         // the features of the kernel called. Both read and write their slices
         // through checked slicing only.
         unsafe {
-            if t.avx512() {
+            if t.avx512() && hd == HEAD {
                 by_heads!(q.len() / HEAD, dots_512(q, keys, stride, scores))
             } else {
-                by_heads!(q.len() / HEAD, dots_impl(q, keys, stride, scores))
+                by_heads!(q.len() / hd, dots_impl(q, keys, (stride, hd), scores))
             }
         }
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dots_impl<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
+fn dots_impl<const G: usize>(
+    q: &[f32],
+    keys: &[f16],
+    (stride, hd): (usize, usize),
+    scores: &mut [f32],
+) {
     let n = scores.len() / G;
-    prefetch_first(keys, n, stride);
+    prefetch_first(keys, n, stride, hd);
     for t in 0..n {
-        prefetch_position(keys, (t + AHEAD) * stride);
-        let k = &keys[t * stride..t * stride + HEAD];
+        prefetch_position(keys, (t + AHEAD) * stride, hd);
+        let k = &keys[t * stride..t * stride + hd];
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
-        for l in 0..HEAD / 8 {
+        for l in 0..hd / 8 {
             let kl = load8h(k, 8 * l);
             for (h, a) in acc.iter_mut().enumerate() {
-                a[l % 2] = _mm256_fmadd_ps(load8f(&q[h * HEAD + 8 * l..]), kl, a[l % 2]);
+                a[l % 2] = _mm256_fmadd_ps(load8f(&q[h * hd + 8 * l..]), kl, a[l % 2]);
             }
         }
         for (h, a) in acc.iter().enumerate() {
@@ -160,8 +173,21 @@ fn swiglu_impl(gate: &mut [f32], up: &[f32]) {
     super::swiglu_lanes(gate, up)
 }
 
-/// [`super::F32Ops::weighted_sum`] for heads of [`HEAD`] values, four query heads
-/// at a time at most; the caller checked that `values` holds every position.
+/// [`super::F32Ops::geglu`] compiled for AVX2's eight-float vectors.
+pub(super) fn geglu(_t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+    // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
+    // `geglu_impl` touches its slices through safe indexing only.
+    unsafe { geglu_impl(gate, up) }
+}
+
+#[target_feature(enable = "avx2")]
+fn geglu_impl(gate: &mut [f32], up: &[f32]) {
+    super::geglu_lanes(gate, up)
+}
+
+/// [`super::F32Ops::weighted_sum`] for heads of `hd` values ([`serves`]), four
+/// query heads at a time at most; the caller checked that `values` holds every
+/// position.
 pub(super) fn weighted_sum(
     t: Avx2Token,
     weights: &[f32],
@@ -170,24 +196,42 @@ pub(super) fn weighted_sum(
     stride: usize,
     out: &mut [f32],
 ) {
-    let n = weights.len() / heads;
-    for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * HEAD)) {
+    let (n, hd) = (weights.len() / heads, out.len() / heads);
+    for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * hd)) {
+        let g = out.len() / hd;
+        // The most eight-value pieces per pass that the G × C accumulators leave
+        // registers for and that divide the head.
+        let most = match g {
+            1 => 8,
+            2 | 3 => 4,
+            _ => 2,
+        };
+        let c = [8, 4, 2, 1]
+            .into_iter()
+            .find(|&c| c <= most && (hd / 8).is_multiple_of(c))
+            .unwrap_or(1);
+        let sv = (stride, hd);
         // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
         // FMA and F16C, and its `avx512` is set only when it found AVX-512 F too:
         // the features of the kernel called. Both touch their slices through
         // checked slicing only.
         unsafe {
-            if t.avx512() {
-                by_heads!(
-                    out.len() / HEAD,
-                    weighted_sum_512(weights, values, stride, out)
-                )
+            if t.avx512() && hd == HEAD {
+                by_heads!(g, weighted_sum_512(weights, values, stride, out))
             } else {
-                match out.len() / HEAD {
-                    1 => weighted_sum_impl::<1, 8>(weights, values, stride, out),
-                    2 => weighted_sum_impl::<2, 4>(weights, values, stride, out),
-                    3 => weighted_sum_impl::<3, 4>(weights, values, stride, out),
-                    _ => weighted_sum_impl::<4, 2>(weights, values, stride, out),
+                match (g, c) {
+                    (1, 8) => weighted_sum_impl::<1, 8>(weights, values, sv, out),
+                    (1, 4) => weighted_sum_impl::<1, 4>(weights, values, sv, out),
+                    (1, 2) => weighted_sum_impl::<1, 2>(weights, values, sv, out),
+                    (1, _) => weighted_sum_impl::<1, 1>(weights, values, sv, out),
+                    (2, 4) => weighted_sum_impl::<2, 4>(weights, values, sv, out),
+                    (2, 2) => weighted_sum_impl::<2, 2>(weights, values, sv, out),
+                    (2, _) => weighted_sum_impl::<2, 1>(weights, values, sv, out),
+                    (3, 4) => weighted_sum_impl::<3, 4>(weights, values, sv, out),
+                    (3, 2) => weighted_sum_impl::<3, 2>(weights, values, sv, out),
+                    (3, _) => weighted_sum_impl::<3, 1>(weights, values, sv, out),
+                    (_, 2) => weighted_sum_impl::<4, 2>(weights, values, sv, out),
+                    _ => weighted_sum_impl::<4, 1>(weights, values, sv, out),
                 }
             }
         }
@@ -200,18 +244,18 @@ pub(super) fn weighted_sum(
 fn weighted_sum_impl<const G: usize, const C: usize>(
     weights: &[f32],
     values: &[f16],
-    stride: usize,
+    (stride, hd): (usize, usize),
     out: &mut [f32],
 ) {
     let n = weights.len() / G;
-    prefetch_first(values, n, stride);
-    for pass in 0..HEAD / (8 * C) {
+    prefetch_first(values, n, stride, hd);
+    for pass in 0..hd / (8 * C) {
         let at = 8 * C * pass;
         let mut acc: [[__m256; C]; G] =
-            std::array::from_fn(|h| std::array::from_fn(|l| load8f(&out[h * HEAD + at + 8 * l..])));
+            std::array::from_fn(|h| std::array::from_fn(|l| load8f(&out[h * hd + at + 8 * l..])));
         for t in 0..n {
             if pass == 0 {
-                prefetch_position(values, (t + AHEAD) * stride);
+                prefetch_position(values, (t + AHEAD) * stride, hd);
             }
             let v = &values[t * stride + at..t * stride + at + 8 * C];
             let w: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(weights[h * n + t]));
@@ -224,7 +268,7 @@ fn weighted_sum_impl<const G: usize, const C: usize>(
         }
         for (h, a) in acc.iter().enumerate() {
             for (l, al) in a.iter().enumerate() {
-                let o: &mut [f32; 8] = (&mut out[h * HEAD + at + 8 * l..][..8])
+                let o: &mut [f32; 8] = (&mut out[h * hd + at + 8 * l..][..8])
                     .try_into()
                     .expect("8 floats");
                 // SAFETY: `o` is 8 writable floats; the store is unaligned.
@@ -315,14 +359,14 @@ fn scores8(p: [__m512; 4]) -> __m256 {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn dots_512<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
     let n = scores.len() / G;
-    prefetch_first(keys, n, stride);
+    prefetch_first(keys, n, stride, HEAD);
     let key = |t: usize| &keys[t * stride..t * stride + HEAD];
     let whole = n - n % 8;
     for t0 in (0..whole).step_by(8) {
         let mut pairs = [[_mm512_setzero_ps(); 4]; G];
         for (m, pair) in (0..4).map(|m| (m, t0 + 2 * m)) {
-            prefetch_position(keys, (pair + AHEAD) * stride);
-            prefetch_position(keys, (pair + 1 + AHEAD) * stride);
+            prefetch_position(keys, (pair + AHEAD) * stride, HEAD);
+            prefetch_position(keys, (pair + 1 + AHEAD) * stride, HEAD);
             let (a, b) = (key_sums::<G>(q, key(pair)), key_sums::<G>(q, key(pair + 1)));
             for h in 0..G {
                 pairs[h][m] = fold_pair(a[h], b[h]);
@@ -359,11 +403,11 @@ fn weighted_sum_512<const G: usize>(
     out: &mut [f32],
 ) {
     let n = weights.len() / G;
-    prefetch_first(values, n, stride);
+    prefetch_first(values, n, stride, HEAD);
     let mut acc: [[__m512; 4]; G] =
         std::array::from_fn(|h| std::array::from_fn(|c| load16f(out, h * HEAD + 16 * c)));
     for t in 0..n {
-        prefetch_position(values, (t + AHEAD) * stride);
+        prefetch_position(values, (t + AHEAD) * stride, HEAD);
         let v = &values[t * stride..t * stride + HEAD];
         let v: [__m512; 4] = std::array::from_fn(|c| load16h(v, 16 * c));
         for (h, a) in acc.iter_mut().enumerate() {

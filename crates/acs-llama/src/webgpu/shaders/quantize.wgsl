@@ -21,9 +21,9 @@ fn value(i: u32) -> f32 {
     if P.gated == 1u {
         return g / (1.0 + exp(-g)) * X[at + P.width];
     }
-    // tanh saturates long before |u| = 10; the clamp keeps exp inside tanh finite.
-    let u = clamp(0.7978846 * g * (1.0 + 0.044715 * g * g), -10.0, 10.0);
-    return 0.5 * g * (1.0 + tanh(u)) * X[at + P.width];
+    // GELU's tanh approximation as g · sigmoid(2u), the CPU's form (cpu/ops).
+    let two_u = 1.5957691 * g * (1.0 + 0.044715 * g * g);
+    return g / (1.0 + exp(-two_u)) * X[at + P.width];
 }
 
 @compute @workgroup_size(WG)

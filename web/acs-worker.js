@@ -54,9 +54,43 @@ function counted(body, total, report) {
   }));
 }
 
+// The first `n` bytes of a body (fewer if it is shorter); the rest is not read.
+async function firstBytes(body, n) {
+  const reader = body.getReader();
+  const out = new Uint8Array(n);
+  let len = 0;
+  while (len < n) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const take = Math.min(value.length, n - len);
+    out.set(value.subarray(0, take), len);
+    len += take;
+  }
+  await reader.cancel();
+  return out.subarray(0, len);
+}
+
+// Reads the file's GGUF header before the file is fetched whole: a model the engine
+// does not run (its architecture, a weight format, its RoPE scaling) is refused after
+// a few MiB, not after gigabytes into the cache. Asks for a growing prefix (a Range
+// request; a server that ignores it sends the file, of which only the prefix is read)
+// until the header is whole.
+async function checkHeader(url) {
+  let size = 1 << 20;
+  for (;;) {
+    const resp = await fetch(url, { headers: { range: `bytes=0-${size - 1}` } });
+    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+    const prefix = await firstBytes(resp.body, size);
+    const need = Acs.inspectHeader(prefix);
+    if (need === 0) return;
+    if (prefix.length < size) throw new Error(`the model at ${url} ends inside its GGUF header`);
+    size = Math.max(need, 2 * size);
+  }
+}
+
 // The model file as a stream, never whole in memory: a picked file as it is; a URL
 // first into the Cache API (streamed to disk, with download progress) and then read
-// back from there, so that a reload finds it.
+// back from there, so that a reload finds it. A URL's header is checked first.
 async function modelStream(m) {
   if (m.file) return { stream: m.file.stream(), total: m.file.size, fromCache: false };
   const url = new URL(m.url, self.location.href).href;
@@ -64,6 +98,7 @@ async function modelStream(m) {
   let hit = cache && (await cache.match(url));
   const fromCache = Boolean(hit);
   if (!hit) {
+    await checkHeader(url);
     const resp = await fetch(url);
     if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
     const total = Number(resp.headers.get("content-length")) || 0;
@@ -111,6 +146,7 @@ function idbPut(key, value) {
 async function load(m) {
   const started = performance.now();
   const wasm = await init();
+  // `modelStream` reads the header with the engine's own parser.
   const { stream, total, fromCache } = await modelStream(m);
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
   const options = { backend: m.backend || "auto" };

@@ -7,14 +7,21 @@
 //!
 //! `cargo run --release -p acs-llama --example check_gguf -- MODEL.gguf GREEDY.jsonl`
 
+#[cfg(not(target_arch = "wasm32"))]
 use acs_llama::model::Model;
 
 /// llama.cpp's margin under which its pick and the runner-up are a tie within
 /// rounding: on quantized files each implementation's logits stray from those of the
 /// same weights in f32 by about 0.1 to 0.16 (root mean square) and up to 1, each
 /// rounding activations to 8 bits its own way (docs/performance.md, "Accuracy").
+#[cfg(not(target_arch = "wasm32"))]
 const NEAR_TIE: f64 = 0.5;
 
+/// The tool maps the file: a native program only.
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(model), Some(oracle)) = (args.next(), args.next()) else {

@@ -183,6 +183,37 @@ pub(crate) fn check_dims(info: &TensorInfo, cols: usize, rows: usize) -> Result<
     Ok(())
 }
 
+/// Checks that every tensor a model of `c` needs is in `header`, with its shape, and
+/// each matrix in a format the CPU runs.
+fn check_tensors(header: &GgufHeader, c: &ModelConfig) -> Result<(), ModelError> {
+    let matrix = |name: &str, cols: usize, rows: usize| -> Result<(), ModelError> {
+        let info = header.require_tensor(name)?;
+        check_dims(info, cols, rows)?;
+        check_format(info, GgmlType::SUPPORTED)
+    };
+    let vector = |name: &str, n: usize| -> Result<(), ModelError> {
+        check_dims(header.require_tensor(name)?, n, 1)
+    };
+    matrix(EMBED, c.d_model, c.vocab)?;
+    if header.tensor(OUTPUT).is_some() {
+        matrix(OUTPUT, c.d_model, c.vocab)?;
+    }
+    vector(OUTPUT_NORM, c.d_model)?;
+    if header.tensor(ROPE_FREQS).is_some() {
+        vector(ROPE_FREQS, c.rope_dims / 2)?;
+    }
+    for l in 0..c.n_layers {
+        BlockTensors::<(), ()>::load(
+            c,
+            l,
+            &mut (),
+            |_, m| matrix(m.name, m.cols, m.tensor_rows),
+            |_, name, n| vector(name, n),
+        )?;
+    }
+    Ok(())
+}
+
 /// Checks that tensor `info` is in one of the formats a backend runs (`supported`).
 pub(crate) fn check_format(info: &TensorInfo, supported: &[GgmlType]) -> Result<(), ModelError> {
     if supported.contains(&info.ty) {
@@ -247,9 +278,13 @@ impl Model {
     /// The tokenizer and shape of a model from its GGUF header alone, without
     /// weights: what a browser keeps while the weights stream to the GPU, so that the
     /// file is never whole in memory. [`Model::forward`] refuses to run it.
+    ///
+    /// Every tensor the model needs must be listed with its shape and a format the
+    /// CPU runs: a file ACS cannot run is refused here, before a weight is read.
     pub fn from_header(header: &GgufHeader) -> Result<Self, ModelError> {
         let config = ModelConfig::from_metadata(&header.metadata)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
+        check_tensors(header, &config)?;
         Ok(Model {
             config,
             tokenizer,

@@ -155,6 +155,19 @@ impl Acs {
         .map_err(load_error)
     }
 
+    /// Reads a GGUF file's header from its first bytes, before the file is fetched
+    /// whole: the fewest bytes the header needs when `prefix` ends inside it, else 0
+    /// for a model this engine runs. Throws (an `AcsLoadError`) for a file it refuses:
+    /// not GGUF, corrupt, or an architecture, weight format or RoPE scaling it does not
+    /// run, named with what it does.
+    #[wasm_bindgen(js_name = inspectHeader)]
+    pub fn inspect_header(prefix: &[u8]) -> Result<f64, JsValue> {
+        match load::inspect(prefix) {
+            Ok(need) => Ok(need.unwrap_or(0) as f64),
+            Err(e) => Err(load_error(e)),
+        }
+    }
+
     /// Loads a GGUF model from a `ReadableStream` of its bytes (a `fetch` body, a
     /// Cache API response, `file.stream()`), uploading each tensor to the GPU as it
     /// arrives; `onProgress({loaded, tensors, tensors_total})` hears how far it got

@@ -211,6 +211,8 @@ const CPU_MAX_FILE: u64 = 3 << 30;
 /// Collecting the file for the CPU, in one allocation of its size (growing by
 /// doubling could ask for twice as much), refused at once if it cannot fit.
 fn cpu_feed(header: &GgufHeader, mut prefix: Vec<u8>) -> Result<Feed, LoadError> {
+    // A model the engine cannot run is refused now, not once the file is in.
+    Model::from_header(header)?;
     let mut len = header.data_offset;
     for t in &header.tensors {
         len = len.max(header.tensor_range(t)?.end);
@@ -223,6 +225,20 @@ fn cpu_feed(header: &GgufHeader, mut prefix: Vec<u8>) -> Result<Feed, LoadError>
     }
     prefix.reserve_exact((len as usize).saturating_sub(prefix.len()));
     Ok(Feed::Cpu { bytes: prefix })
+}
+
+/// What the first bytes of a file say of it: the fewest bytes its header needs
+/// (`Some`) or that it is whole and its model one the engine runs (`None`); an error
+/// refuses the file (not GGUF, corrupt, or an architecture, format or RoPE scaling
+/// the engine does not run).
+pub fn inspect(prefix: &[u8]) -> Result<Option<u64>, LoadError> {
+    match GgufHeader::parse(prefix)? {
+        HeaderParse::NeedMore { min_len } => Ok(Some(min_len)),
+        HeaderParse::Complete(header) => {
+            Model::from_header(&header)?;
+            Ok(None)
+        }
+    }
 }
 
 /// The CPU backend over a whole file.

@@ -378,6 +378,57 @@ async fn a_streamed_file_on_the_cpu_and_broken_streams() {
     assert!(message(e).contains("ReadableStream"));
 }
 
+/// What the worker asks before it fetches a file whole: a prefix inside the header
+/// asks for more, a whole header of a model the engine runs passes, and an
+/// architecture or a weight format it does not run is refused by name from the header
+/// alone (here with no tensor bytes after it).
+#[wasm_bindgen_test]
+fn a_file_is_judged_by_its_header_before_it_is_fetched() {
+    use acs_llama::gguf::{GgufFile, GgufWriter, MetaValue};
+    use acs_llama::quant::GgmlType;
+    let message = |e: JsValue| String::from(e.dyn_ref::<js_sys::Error>().unwrap().message());
+    let bytes = model();
+    let file = GgufFile::from_vec(bytes.clone()).unwrap();
+    let header_len = file.header().data_offset as usize;
+    assert!(Acs::inspect_header(&bytes[..64]).unwrap() > 64.0);
+    assert_eq!(Acs::inspect_header(&bytes[..header_len]).unwrap(), 0.0);
+
+    // The same file as another architecture, and with one matrix in IQ4_NL.
+    let rewrite = |arch: &str, iq4: &str| {
+        let mut w = GgufWriter::new();
+        for (k, v) in file.metadata().iter() {
+            if k != "general.architecture" {
+                w.add(k, v.clone());
+            }
+        }
+        w.add("general.architecture", MetaValue::String(arch.into()));
+        for t in file.tensors() {
+            let (ty, data) = if t.name == iq4 {
+                (
+                    GgmlType::IQ4_NL,
+                    vec![0u8; t.n_elements() as usize / 32 * 18],
+                )
+            } else {
+                (t.ty, file.tensor_bytes(t).unwrap().to_vec())
+            };
+            w.add_tensor(t.name.clone(), &t.dims, ty, data).unwrap();
+        }
+        let bytes = w.to_bytes();
+        let len = GgufFile::from_vec(bytes.clone())
+            .unwrap()
+            .header()
+            .data_offset as usize;
+        bytes[..len].to_vec()
+    };
+    let e = message(Acs::inspect_header(&rewrite("mamba", "")).unwrap_err());
+    assert!(e.contains("\"mamba\"") && e.contains("gemma3"), "{e}");
+    let e = message(Acs::inspect_header(&rewrite("llama", "blk.0.ffn_up.weight")).unwrap_err());
+    assert!(
+        e.contains("blk.0.ffn_up.weight") && e.contains("IQ4_NL"),
+        "{e}"
+    );
+}
+
 #[wasm_bindgen_test]
 async fn auto_skips_a_software_adapter_for_the_cpu() {
     // Headless Chromium's only adapter is SwiftShader, a software one.

@@ -477,6 +477,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q5_K => 17,
         GgmlType::Q6_K => 18,
         GgmlType::BF16 => 32,
+        GgmlType::IQ4_NL => 25,
+        GgmlType::IQ4_XS => 30,
         _ => 0,
     }
 }

@@ -1,5 +1,5 @@
-//! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
-//! K-quants Q2_K to Q6_K against 8-bit activations) against the portable f32 dot product, and
+//! The CPU backend's wasm SIMD128 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+//! IQ4_XS and the K-quants Q2_K to Q6_K against 8-bit activations) against the portable f32 dot product, and
 //! batched against single, in headless Chromium.
 //!
 //! Run: `wasm-pack test --headless --chrome crates/acs-llama --test wasm_cpu`.
@@ -39,19 +39,20 @@ fn rounded(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// The K-quants' SIMD dots against the f32 dot of the same weights with the
-/// activations rounded as the kernels see them: only float summation order separates
+/// The super-block formats' SIMD dots against the f32 dot of the same weights with
+/// the activations rounded as the kernels see them: only float summation order separates
 /// the two (a value off by one in any sub-block would not pass).
 #[wasm_bindgen_test]
-fn k_quant_dots_equal_the_rounded_f32_dot() {
-    let k_quants = [
+fn super_block_dots_equal_the_rounded_f32_dot() {
+    let blocks_of_256 = [
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ];
-    for ty in k_quants {
+    for ty in blocks_of_256 {
         for (seed, n) in [(11, 256), (12, 512), (13, 1536)] {
             let w = values(seed, n);
             let x = values(seed + 100, n);
@@ -71,12 +72,13 @@ fn k_quant_dots_equal_the_rounded_f32_dot() {
 
 #[wasm_bindgen_test]
 fn simd_dots_agree_with_the_f32_dot() {
-    let k_quants = [
+    let blocks_of_256 = [
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ];
     let blocks_of_32 = [
         GgmlType::Q8_0,
@@ -84,8 +86,9 @@ fn simd_dots_agree_with_the_f32_dot() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
     ];
-    for ty in blocks_of_32.into_iter().chain(k_quants) {
+    for ty in blocks_of_32.into_iter().chain(blocks_of_256) {
         for (seed, n) in [(1, 32), (2, 256), (3, 576), (4, 1536), (5, 512)] {
             if n % ty.block_size() != 0 {
                 continue;
@@ -118,6 +121,8 @@ fn batched_rows_equal_single_dots() {
         (GgmlType::Q4_1, 96),
         (GgmlType::Q5_0, 96),
         (GgmlType::Q5_1, 96),
+        (GgmlType::IQ4_NL, 96),
+        (GgmlType::IQ4_XS, 512),
         (GgmlType::Q2_K, 512),
         (GgmlType::Q3_K, 512),
         (GgmlType::Q4_K, 512),

@@ -313,6 +313,16 @@ fn f32_matches_cpu() {
 }
 
 #[test]
+fn iq4_nl_matches_cpu() {
+    prefill_and_decode(&spec(GgmlType::IQ4_NL, GgmlType::Q8_0), 9, 16);
+}
+
+#[test]
+fn iq4_xs_matches_cpu() {
+    prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::IQ4_XS), 9, 16);
+}
+
+#[test]
 fn q2_k_matches_cpu() {
     prefill_and_decode(&TestModelSpec::tiny_k(GgmlType::Q2_K), 9, 16);
 }

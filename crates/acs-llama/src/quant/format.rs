@@ -10,7 +10,9 @@ use bytemuck::Pod;
 use half::f16;
 
 use super::activations::BlockQ8;
-use super::formats::{Bf16, F16, F32, Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use super::formats::{
+    Bf16, F16, F32, IQ4_NL, IQ4_XS, Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0,
+};
 use super::{GgmlType, QK};
 
 /// A weight format with kernels here.
@@ -137,6 +139,8 @@ formats! {
     Q4_K => Q4K,
     Q5_K => Q5K,
     Q6_K => Q6K,
+    IQ4_NL => IQ4_NL,
+    IQ4_XS => IQ4_XS,
 }
 
 /// A little-endian IEEE half float as blocks store it (two bytes, alignment 1).

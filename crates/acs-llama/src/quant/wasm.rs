@@ -1,6 +1,6 @@
 //! WebAssembly SIMD128 kernels, the browser's CPU backend: the dot products of the
-//! 8-, 5- and 4-bit formats and of the K-quants (Q2_K to Q6_K) with 8-bit
-//! activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
+//! 8-, 5- and 4-bit formats, of the K-quants (Q2_K to Q6_K) and of IQ4_NL and
+//! IQ4_XS with 8-bit activations, 16 lanes at a time (widened to 16 bits and multiplied pairwise into
 //! 32-bit sums). Compiled in when the build enables `simd128`, as
 //! `.cargo/config.toml` does for every wasm32 build; wasm has no runtime feature
 //! detection, and every browser ACS targets runs SIMD128.
@@ -10,8 +10,8 @@ use std::arch::wasm32::*;
 use super::activations::{BlockQ8, QuantizedActivations};
 use super::format::{Half, blocks};
 use super::formats::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ8_0, KBlock, Q4Block, unpack_scales_k4,
+    BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
+    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, IQ4_VALUES, KBlock, Q4Block, unpack_scales_k4,
 };
 use super::runner::{RowKernel, rows_by_four};
 use super::{GgmlType, QK};
@@ -167,6 +167,19 @@ fn fifth_bits(qh: [u8; 4]) -> [v128; 2] {
     })
 }
 
+/// An IQ4 block's 32 values (its 16 bytes of indices `qs`, low nibbles first) from
+/// the table, as two vectors of 16 signed bytes.
+#[inline(always)]
+fn iq4_values(qs: &[u8]) -> [v128; 2] {
+    let t = IQ4_VALUES.map(|v| v as u8);
+    let table = load(&t, 0);
+    let q = load(qs, 0);
+    [
+        i8x16_swizzle(table, v128_and(q, u8x16_splat(0x0F))),
+        i8x16_swizzle(table, u8x16_shr(q, 4)),
+    ]
+}
+
 /// A Q4 or Q5 block's 32 values (0..=31) as two vectors of 16: low nibbles, then
 /// high, each with its fifth bit where the block has them.
 #[inline(always)]
@@ -203,6 +216,27 @@ pub(crate) fn dot(ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> Option<f32> {
         GgmlType::Q4_1 => q4_dot(blocks::<BlockQ4_1>(row), x, t),
         GgmlType::Q5_0 => q4_dot(blocks::<BlockQ5_0>(row), x, t),
         GgmlType::Q5_1 => q4_dot(blocks::<BlockQ5_1>(row), x, t),
+        GgmlType::IQ4_NL => {
+            let mut acc = f32x4_splat(0.0);
+            for (b, xb) in blocks::<BlockIq4Nl>(row).iter().zip(x) {
+                let w = iq4_values(&b.qs);
+                let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+                acc = add_scaled(acc, i, le_f16(t, b.d) * xb.d);
+            }
+            (acc, 0.0)
+        }
+        GgmlType::IQ4_XS => {
+            let mut acc = f32x4_splat(0.0);
+            for (b, xs) in blocks::<BlockIq4Xs>(row).iter().zip(x.chunks_exact(8)) {
+                let d = le_f16(t, b.d);
+                for (j, xb) in xs.iter().enumerate() {
+                    let w = iq4_values(&b.qs[16 * j..]);
+                    let i = i32x4_add(dot16(w[0], load_x(xb, 0)), dot16(w[1], load_x(xb, 1)));
+                    acc = add_scaled(acc, i, d * b.scale(j) as f32 * xb.d);
+                }
+            }
+            (acc, 0.0)
+        }
         GgmlType::Q2_K => {
             let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
             for (b, xs) in blocks::<BlockQ2K>(row).iter().zip(x.chunks_exact(8)) {
@@ -331,6 +365,8 @@ fn has_kernel(ty: GgmlType) -> bool {
             | GgmlType::Q5_1
             | GgmlType::Q2_K
             | GgmlType::Q3_K
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
@@ -383,6 +419,30 @@ fn tile<const V: usize>(ty: GgmlType, row: &[u8], qx: &QuantizedActivations, g: 
                         let halves = [dot16_wide(&w, xw, 0), dot16_wide(&w, xw, 2)];
                         *acc = add_scaled(*acc, scaled(halves, sc), d * xb.d);
                         *extra -= dmin * xb.d * q2_mins(mn, xb);
+                    }
+                }
+            }
+        }
+        GgmlType::IQ4_NL => {
+            for (i, b) in blocks::<BlockIq4Nl>(row).iter().enumerate() {
+                let [w0, w1] = iq4_values(&b.qs);
+                let w = widen(w0, w1);
+                let d = le_f16(x.t, b.d);
+                for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
+                    *acc = add_scaled(*acc, dot32(&w, &xw[i]), d * x[i].d);
+                }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            for (i, b) in blocks::<BlockIq4Xs>(row).iter().enumerate() {
+                let d = le_f16(x.t, b.d);
+                for j in 0..8 {
+                    let [w0, w1] = iq4_values(&b.qs[16 * j..]);
+                    let w = widen(w0, w1);
+                    let ds = d * b.scale(j) as f32;
+                    for ((acc, x), xw) in acc.iter_mut().zip(x.blocks).zip(x.wide) {
+                        let (xb, xw) = (&x[8 * i + j], &xw[8 * i + j]);
+                        *acc = add_scaled(*acc, dot32(&w, xw), ds * xb.d);
                     }
                 }
             }

@@ -3,6 +3,7 @@
 //! and its [`Format`](super::format::Format) impl.
 
 mod float;
+mod iq4;
 mod k4;
 mod q2_k;
 mod q3_k;
@@ -12,6 +13,7 @@ mod q6_k;
 mod q8_0;
 
 pub(crate) use float::{Bf16, F16, F32};
+pub(crate) use iq4::{BlockIq4Nl, BlockIq4Xs, IQ4_NL, IQ4_VALUES, IQ4_XS};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use k4::KScales;
 pub(crate) use k4::{BlockQ4K, BlockQ5K, Q4K, Q5K, unpack_scales_k4};

@@ -1,5 +1,6 @@
 //! The x86-64 kernels of the block formats, named by their operands: `tile` (Q4_0, Q4_1,
-//! Q5_0, Q5_1 and Q8_0 rows against groups of vectors), `k_quants` (Q4_K, Q5_K, Q6_K), `packed`
+//! Q5_0, Q5_1 and Q8_0 rows against groups of vectors), `k_quants` (Q2_K to Q6_K), `iq4`
+//! (IQ4_NL, IQ4_XS), `packed`
 //! and `packed_512` (the repacked panels of [`PackedMatrix`](super::PackedMatrix) in
 //! 256- and 512-bit registers) and `round` (activations to 8 bits).
 //!
@@ -16,6 +17,7 @@ use super::format::Half;
 use super::formats::{BlockQ4_1, BlockQ5_1};
 use crate::cpu::x86::{load16, load32};
 
+pub(crate) mod iq4;
 pub(crate) mod k_quants;
 pub(crate) mod packed;
 mod packed_512;

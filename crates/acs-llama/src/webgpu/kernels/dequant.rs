@@ -6,7 +6,7 @@ use crate::quant::GgmlType;
 use super::const_u32;
 
 /// The weight formats with a WGSL kernel here.
-pub const SUPPORTED: [GgmlType; 13] = [
+pub const SUPPORTED: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -20,6 +20,8 @@ pub const SUPPORTED: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// The shader library that expands blocks of the format `FORMAT` names.

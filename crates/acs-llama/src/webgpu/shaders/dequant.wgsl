@@ -8,6 +8,12 @@
 // The 32 values `fill` expanded last.
 var<private> y: array<f32, 32>;
 
+// The values IQ4_NL's and IQ4_XS's indices pick (ggml's kvalues_iq4nl).
+var<private> IQ4: array<f32, 16> = array<f32, 16>(
+    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+    1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0,
+);
+
 // The 4 bytes at an even offset `o` as a little-endian word.
 fn word_at(o: u32) -> u32 {
     let w = o >> 2u;
@@ -185,6 +191,31 @@ fn fill(o: u32, c: u32) {
                 let third = (byte_at(b + l) >> s) & 1u;
                 let v = i32((byte_at(q + l) >> shift) & 3u) - select(4, 0, third == 1u);
                 y[l] = d * sc * f32(v);
+            }
+        }
+        // IQ4_NL: the table's values at Q4_0's nibbles, times d.
+        case 20u: {
+            let b = o + 18u * c;
+            let d = f16_at(b);
+            for (var j = 0u; j < 16u; j++) {
+                let q = byte_at(b + 2u + j);
+                y[j] = d * IQ4[q & 15u];
+                y[j + 16u] = d * IQ4[q >> 4u];
+            }
+        }
+        // IQ4_XS: 8 sub-blocks of 32 per 256-value block, each IQ4_NL's nibbles times
+        // d and its 6-bit scale (stored + 32).
+        case 23u: {
+            let b = o + 136u * (c / 8u);
+            let s = c % 8u;
+            let high = ((byte_at(b + 2u) | (byte_at(b + 3u) << 8u)) >> (2u * s)) & 3u;
+            let low = (byte_at(b + 4u + s / 2u) >> (4u * (s % 2u))) & 15u;
+            let dl = f16_at(b) * f32(i32(low | (high << 4u)) - 32);
+            let q = b + 8u + 16u * s;
+            for (var j = 0u; j < 16u; j++) {
+                let v = byte_at(q + j);
+                y[j] = dl * IQ4[v & 15u];
+                y[j + 16u] = dl * IQ4[v >> 4u];
             }
         }
         // Q4_K: 8 sub-blocks of 32 per 256-value block.

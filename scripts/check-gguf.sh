@@ -2,7 +2,10 @@
 # Checks a GGUF file against llama.cpp: llama.cpp tokenizes each prompt and continues
 # it greedily (scripts/oracle/greedy.c), then ACS does the same on the same file and
 # reports, per prompt, whether its tokens agree and how far its greedy tokens follow
-# llama.cpp's (a difference at one of llama.cpp's own near ties is rounding).
+# llama.cpp's (a difference at one of llama.cpp's own near ties is rounding). Where
+# they part at a wider margin, run it again on the file expanded to f32
+# (`llama-quantize --allow-requantize MODEL.gguf F32.gguf F32`): there neither rounds
+# activations, and a tie of the weights themselves shows as one.
 #
 # usage: LLAMA_CPP=SRC LLAMA_BUILD=BUILD scripts/check-gguf.sh MODEL.gguf [PROMPT ...]
 #   SRC, BUILD: llama.cpp's source tree and a CMake build of it with static libraries

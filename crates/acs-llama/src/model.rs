@@ -66,6 +66,14 @@ impl Tensor {
         quant::dequantize_row(self.ty, &self.bytes()[r * rb..(r + 1) * rb], out)
     }
 
+    /// Lets the file's copy of a repacked matrix leave resident memory: the kernels
+    /// read the panels alone, so the process would otherwise hold the matrix twice.
+    fn release_source(&self) {
+        if self.packed.is_some() {
+            self.file.release(self.start..self.start + self.len);
+        }
+    }
+
     /// Bytes a matmul over this tensor reads: its repacked panels where it has them.
     fn read_bytes(&self) -> usize {
         self.packed.as_ref().map_or(self.len, |p| p.data.len())
@@ -239,7 +247,9 @@ impl Model {
         };
         let embed = tensor(&file, EMBED, c.d_model, c.vocab)?;
         let output = if file.header().tensor(OUTPUT).is_some() {
-            tensor(&file, OUTPUT, c.d_model, c.vocab)?
+            let output = tensor(&file, OUTPUT, c.d_model, c.vocab)?;
+            output.release_source();
+            output
         } else {
             embed.clone()
         };
@@ -249,7 +259,14 @@ impl Model {
                     c,
                     l,
                     &mut (),
-                    |_, m| tensor_rows(&file, m),
+                    // A block's repacked matrices are read from their panels
+                    // alone: each lets its file copy go once repacked, so that the
+                    // load never holds the weights twice.
+                    |_, m| {
+                        let t = tensor_rows(&file, m)?;
+                        t.release_source();
+                        Ok(t)
+                    },
                     |_, name, n| vec(name, n),
                 )
             })

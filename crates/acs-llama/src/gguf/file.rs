@@ -185,6 +185,33 @@ impl GgufFile {
         storage_bytes(&self.storage)
     }
 
+    /// Tells the OS that the bytes `range` of a mapped file are not needed for now
+    /// (the matrices a loader has copied into another layout): their pages leave the
+    /// process's resident memory, and come back from the file if they are read again.
+    /// Does nothing for a file held in memory, or off Unix.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(all(unix, not(target_arch = "wasm32")))]
+        if let Storage::Mmap(map) = &self.storage
+            && range.start < range.end
+            && range.end <= map.len()
+        {
+            // SAFETY: the map is private, read-only and backed by the file, so the
+            // pages MADV_DONTNEED drops are read back from the file when touched
+            // again: every slice of the map keeps its contents (under `open`'s
+            // contract that the file is not rewritten while mapped). The range lies
+            // in the map. A failure only leaves the pages resident.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+        #[cfg(not(all(unix, not(target_arch = "wasm32"))))]
+        let _ = range;
+    }
+
     /// A tensor's raw data (checked against the file, so an info from another file
     /// cannot read out of bounds).
     pub fn tensor_bytes(&self, t: &TensorInfo) -> Result<&[u8], GgufError> {

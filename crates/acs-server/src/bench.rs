@@ -3,7 +3,6 @@
 //! never compete for the cores.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use acs_llama::model::{KvCache, Logits, Model, SeqInput};
@@ -16,6 +15,7 @@ use acs_engine::generation::model_info;
 use acs_engine::{Engine, Event, SchedulerConfig, prepare};
 use serde_json::json;
 
+use crate::bench_anchor;
 use crate::cli::CliError;
 use crate::models;
 
@@ -42,7 +42,9 @@ pub struct BenchArgs {
     /// minutes on models of a billion parameters or more).
     #[arg(long)]
     forward_only: bool,
-    /// Also run llama.cpp (llama-cpp-python) on the same file, with the same shapes.
+    /// Also run llama.cpp on the same file, with the same shapes: its `llama-bench`
+    /// and `llama-batched-bench` where they are in `$LLAMA_BIN` or on the PATH, else
+    /// llama-cpp-python.
     #[arg(long)]
     llama_cpp: bool,
     /// Also run the WebGPU backend (built with `--features webgpu`): decode speed and
@@ -188,25 +190,16 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         webgpu_bench(&path, &ids, a.decode_tokens, a.repeat)?;
     }
     if a.llama_cpp {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/bench_llamacpp.py"
-        );
-        let out = Command::new("python3")
-            .arg(script)
-            .arg(&path)
-            .args([
-                a.prompt_tokens.to_string(),
-                a.decode_tokens.to_string(),
-                a.repeat.to_string(),
-                threads.to_string(),
-            ])
-            .output();
-        match out {
-            Ok(o) if o.status.success() => {
-                let text = String::from_utf8_lossy(&o.stdout);
+        let shapes = bench_anchor::Shapes {
+            prompt: a.prompt_tokens,
+            decode: a.decode_tokens,
+            repeat: a.repeat,
+            threads,
+        };
+        match bench_anchor::run(&path, shapes) {
+            Ok(text) => {
                 print!("{text}");
-                if let Some((lp, l1, l8)) = parse_anchor(&text) {
+                if let Some((lp, l1, l8)) = bench_anchor::parse_anchor(&text) {
                     println!(
                         "ratio     prefill {:8.2}x      | decode x1 {:7.2}x      | decode x8 {:7.2}x   (acs / llama.cpp)",
                         p / lp,
@@ -215,10 +208,6 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                     );
                 }
             }
-            Ok(o) => eprintln!(
-                "llama.cpp anchor failed (pip install llama-cpp-python): {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
             Err(e) => eprintln!("llama.cpp anchor failed: {e}"),
         }
     }
@@ -259,19 +248,6 @@ fn parse_cpu_line(line: &str) -> Option<CpuTimes> {
         total: ticks.iter().sum(),
         steal: ticks[7],
     })
-}
-
-/// Reads the three figures of the anchor's `llama.cpp prefill … | decode x1 … | decode x8 …` line.
-fn parse_anchor(text: &str) -> Option<(f64, f64, f64)> {
-    let line = text.lines().find(|l| l.starts_with("llama.cpp"))?;
-    let nums: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    match nums.as_slice() {
-        [p, d1, d8, ..] => Some((*p, *d1, *d8)),
-        _ => None,
-    }
 }
 
 /// What one engine run measured.

@@ -13,8 +13,6 @@
 #   N_TOKENS:   greedy tokens per prompt (default 16)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
-: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
 model="${1:?usage: scripts/check-gguf.sh MODEL.gguf [PROMPT ...]}"
 shift
 prompts=("$@")
@@ -22,9 +20,7 @@ prompts=("$@")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-gcc -O2 scripts/oracle/greedy.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
-  -o "$work/greedy" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
-  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
-  -lstdc++ -lm -fopenmp -lpthread
+. scripts/oracle/build.sh
+oracle_build greedy "$work/greedy"
 "$work/greedy" "$model" "${N_TOKENS:-16}" "${prompts[@]}" 2>/dev/null > "$work/greedy.jsonl"
 cargo run -q --release -p acs-llama --example check_gguf -- "$model" "$work/greedy.jsonl"

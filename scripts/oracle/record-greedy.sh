@@ -8,15 +8,11 @@
 #   (SRC and BUILD as for scripts/oracle/record.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
-: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-gcc -O2 scripts/oracle/greedy.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
-  -o "$work/greedy" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
-  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
-  -lstdc++ -lm -fopenmp -lpthread
+. scripts/oracle/build.sh
+oracle_build greedy "$work/greedy"
 
 model="$(scripts/fetch-gemma3.sh)"
 out=crates/acs-llama/tests/fixtures/gemma3-270m-greedy.jsonl

@@ -13,15 +13,11 @@
 #          cmake --build BUILD --target llama
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp source tree}"
-: "${LLAMA_BUILD:?set LLAMA_BUILD to its CMake build directory}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-gcc -O2 scripts/oracle/last_logits.c -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
-  -o "$work/last_logits" "$LLAMA_BUILD/src/libllama.a" "$LLAMA_BUILD/ggml/src/libggml.a" \
-  "$LLAMA_BUILD/ggml/src/libggml-cpu.a" "$LLAMA_BUILD/ggml/src/libggml-base.a" \
-  -lstdc++ -lm -fopenmp -lpthread
+. scripts/oracle/build.sh
+oracle_build last_logits "$work/last_logits"
 
 # The prompt: 40 ids spread over the vocabulary, so that RoPE turns through many
 # positions (tests/families.rs reads them back from the fixture).

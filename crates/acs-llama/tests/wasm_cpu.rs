@@ -13,6 +13,16 @@ use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+/// The formats of super-blocks of 256 values.
+const BLOCKS_OF_256: [GgmlType; 6] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
 /// Deterministic values in [-1, 1).
 fn values(seed: u32, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2_654_435_761).max(1);
@@ -44,15 +54,7 @@ fn rounded(x: &[f32]) -> Vec<f32> {
 /// the two (a value off by one in any sub-block would not pass).
 #[wasm_bindgen_test]
 fn super_block_dots_equal_the_rounded_f32_dot() {
-    let blocks_of_256 = [
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_XS,
-    ];
-    for ty in blocks_of_256 {
+    for ty in BLOCKS_OF_256 {
         for (seed, n) in [(11, 256), (12, 512), (13, 1536)] {
             let w = values(seed, n);
             let x = values(seed + 100, n);
@@ -72,14 +74,6 @@ fn super_block_dots_equal_the_rounded_f32_dot() {
 
 #[wasm_bindgen_test]
 fn simd_dots_agree_with_the_f32_dot() {
-    let blocks_of_256 = [
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_XS,
-    ];
     let blocks_of_32 = [
         GgmlType::Q8_0,
         GgmlType::Q4_0,
@@ -88,7 +82,7 @@ fn simd_dots_agree_with_the_f32_dot() {
         GgmlType::Q5_1,
         GgmlType::IQ4_NL,
     ];
-    for ty in blocks_of_32.into_iter().chain(blocks_of_256) {
+    for ty in blocks_of_32.into_iter().chain(BLOCKS_OF_256) {
         for (seed, n) in [(1, 32), (2, 256), (3, 576), (4, 1536), (5, 512)] {
             if n % ty.block_size() != 0 {
                 continue;

@@ -27,6 +27,7 @@ pub(crate) use q8_0::{BlockQ8_0, Q8_0};
 pub(crate) use {k4::KBlock, q4::Q4Block};
 
 use super::QK;
+use super::activations::BlockQ8;
 
 /// Σ w·x over a block of signed weights.
 #[inline(always)]
@@ -44,6 +45,34 @@ fn idot_u(w: &[u8; QK], x: &[i8; QK]) -> i32 {
         .zip(x)
         .map(|(&a, &b)| i32::from(a) * i32::from(b))
         .sum()
+}
+
+/// A super-block of 256 values in sixteen groups of 16 with a scale each (Q2_K,
+/// Q3_K, Q6_K) against its eight activation blocks: per block `s`, the block and the
+/// integer sum over its two groups of `scale(g) · Σ value(e) · x(e)` (elements `e`
+/// and groups `g` numbered within the super-block).
+fn groups_of_16<'a>(
+    xs: &'a [BlockQ8],
+    value: impl Fn(usize) -> i32 + 'a,
+    scale: impl Fn(usize) -> i32 + 'a,
+) -> impl Iterator<Item = (usize, &'a BlockQ8, i32)> + 'a {
+    xs.iter().enumerate().map(move |(s, xb)| {
+        let isum = xb
+            .qs
+            .chunks_exact(16)
+            .enumerate()
+            .map(|(h, xh)| {
+                let e0 = 32 * s + 16 * h;
+                let part: i32 = xh
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| value(e0 + i) * i32::from(q))
+                    .sum();
+                scale(e0 / 16) * part
+            })
+            .sum();
+        (s, xb, isum)
+    })
 }
 
 /// The largest magnitude of `v`.

@@ -6,7 +6,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::amax;
+use super::{amax, groups_of_16};
 use crate::quant::GgmlType;
 use crate::quant::activations::BlockQ8;
 use crate::quant::format::{Format, Half};
@@ -95,23 +95,14 @@ impl Format for Q2K {
             .zip(x.chunks_exact(8))
             .map(|(b, xs)| {
                 let (d, dmin) = (b.d.get(), b.dmin.get());
-                let mut acc = 0f32;
-                for (s, xb) in xs.iter().enumerate() {
-                    let (mut isum, mut msum) = (0i32, 0i32);
-                    for (h, xh) in xb.qs.chunks_exact(16).enumerate() {
-                        let e0 = 32 * s + 16 * h;
-                        let sm = b.scales[e0 / 16];
-                        let part: i32 = xh
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &q)| i32::from(low_bits(&b.qs, e0 + i)) * i32::from(q))
-                            .sum();
-                        isum += i32::from(sm & 0xF) * part;
-                        msum += i32::from(sm >> 4) * i32::from(xb.sums[h]);
-                    }
-                    acc += xb.d * (d * isum as f32 - dmin * msum as f32);
-                }
-                acc
+                let value = |e| i32::from(low_bits(&b.qs, e));
+                groups_of_16(xs, value, |g| i32::from(b.scales[g] & 0xF))
+                    .map(|(s, xb, isum)| {
+                        let min = |h: usize| i32::from(b.scales[2 * s + h] >> 4);
+                        let msum = min(0) * i32::from(xb.sums[0]) + min(1) * i32::from(xb.sums[1]);
+                        xb.d * (d * isum as f32 - dmin * msum as f32)
+                    })
+                    .sum::<f32>()
             })
             .sum()
     }

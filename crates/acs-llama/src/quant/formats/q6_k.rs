@@ -6,7 +6,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::amax;
+use super::{amax, groups_of_16};
 use crate::quant::GgmlType;
 use crate::quant::activations::BlockQ8;
 use crate::quant::format::{Format, Half};
@@ -89,21 +89,10 @@ impl Format for Q6K {
             .zip(x.chunks_exact(8))
             .map(|(b, xs)| {
                 let d = b.d.get();
-                let mut acc = 0f32;
-                for (s, xb) in xs.iter().enumerate() {
-                    let mut isum = 0i32;
-                    for (h, xh) in xb.qs.chunks_exact(16).enumerate() {
-                        let e0 = 32 * s + 16 * h;
-                        let part: i32 = xh
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &q)| i32::from(b.value(e0 + i)) * i32::from(q))
-                            .sum();
-                        isum += i32::from(b.scale(e0 / 16)) * part;
-                    }
-                    acc += d * xb.d * isum as f32;
-                }
-                acc
+                let value = |e| i32::from(b.value(e));
+                groups_of_16(xs, value, |g| i32::from(b.scale(g)))
+                    .map(|(_, xb, isum)| d * xb.d * isum as f32)
+                    .sum::<f32>()
             })
             .sum()
     }

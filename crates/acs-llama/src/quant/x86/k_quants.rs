@@ -143,22 +143,38 @@ fn q6_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
             ];
             for (g, w) in groups.into_iter().enumerate() {
                 let s = 4 * half + g;
-                let (sa, sb) = (scales[2 * s] as i8, scales[2 * s + 1] as i8);
-                let sc =
-                    _mm256_set_m128i(_mm_set1_epi16(i16::from(sb)), _mm_set1_epi16(i16::from(sa)));
-                for ((acc, corr), x) in acc.iter_mut().zip(&mut corr).zip(xs) {
-                    let xb = &x[s];
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
-                    let dd = d * xb.d;
-                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
-                    let off = i32::from(sa) * i32::from(xb.sums[0])
-                        + i32::from(sb) * i32::from(xb.sums[1]);
-                    *corr += dd * off as f32;
-                }
+                let scales = (scales[2 * s] as i8, scales[2 * s + 1] as i8);
+                offset_block(w, scales, d, (xs, s), &mut acc, &mut corr);
             }
         }
     }
     std::array::from_fn(|v| hsum_ps(acc[v]) - 32.0 * corr[v])
+}
+
+/// Block `s` of a super-block, its 32 values as unsigned bytes `w` (each a signed
+/// value plus an offset) and its halves' signed scales `(sa, sb)`, against each
+/// vector's block `s` of `xs`: adds `d·x.d·Σ scale·w·x` to the vector's `acc`, and
+/// `d·x.d·(sa·Σx_lo + sb·Σx_hi)` to its `corr`, which the caller takes back times
+/// the offset (Q3_K's 4, Q6_K's 32).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn offset_block<const V: usize>(
+    w: __m256i,
+    (sa, sb): (i8, i8),
+    d: f32,
+    (xs, s): ([&[BlockQ8]; V], usize),
+    acc: &mut [__m256; V],
+    corr: &mut [f32; V],
+) {
+    let sc = group_scales(i16::from(sa), i16::from(sb));
+    for ((acc, corr), x) in acc.iter_mut().zip(corr).zip(xs) {
+        let xb = &x[s];
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
+        let dd = d * xb.d;
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
+        let off = i32::from(sa) * i32::from(xb.sums[0]) + i32::from(sb) * i32::from(xb.sums[1]);
+        *corr += dd * off as f32;
+    }
 }
 
 /// The two 16-value groups' scales of a block of 32 values as the 16-bit lanes
@@ -235,17 +251,8 @@ fn q3_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
                 let set = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit);
                 let four = _mm256_and_si256(set, _mm256_set1_epi8(4));
                 let w = _mm256_or_si256(low_bits(q, j as i32), four);
-                let (sa, sb) = (b.scale(2 * s), b.scale(2 * s + 1));
-                let sc = group_scales(i16::from(sa), i16::from(sb));
-                for ((acc, corr), x) in acc.iter_mut().zip(&mut corr).zip(xs) {
-                    let xb = &x[s];
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, load_x(xb)), sc);
-                    let dd = d * xb.d;
-                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), *acc);
-                    let off = i32::from(sa) * i32::from(xb.sums[0])
-                        + i32::from(sb) * i32::from(xb.sums[1]);
-                    *corr += dd * off as f32;
-                }
+                let scales = (b.scale(2 * s), b.scale(2 * s + 1));
+                offset_block(w, scales, d, (xs, s), &mut acc, &mut corr);
             }
         }
     }

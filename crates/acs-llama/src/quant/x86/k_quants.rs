@@ -1,5 +1,6 @@
 //! The K-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): one row against up to four
-//! vectors, each super-block's scales and values unpacked once for all of them.
+//! vectors, each super-block's scales and values unpacked once for all of them; and
+//! the dispatch of these and of `iq4.rs`'s kernels over a matrix's rows.
 
 use std::arch::x86_64::*;
 
@@ -13,17 +14,6 @@ use crate::quant::formats::{
 };
 use crate::quant::runner::{RowKernel, rows_by_four};
 
-macro_rules! safe_entry {
-    ($name:ident => $imp:ident) => {
-        #[inline]
-        pub(crate) fn $name(_t: Avx2Token, row: &[u8], x: &[BlockQ8]) -> f32 {
-            // SAFETY: an `Avx2Token` exists only after runtime detection found
-            // AVX2, FMA and F16C, the features `$imp` is compiled for; `$imp`
-            // reads `row` and `x` only through bounds-checked slicing.
-            unsafe { $imp::<1>(row, [x])[0] }
-        }
-    };
-}
 safe_entry!(dot_q2_k => q2_k);
 safe_entry!(dot_q3_k => q3_k);
 safe_entry!(dot_q4_k => q4_k);
@@ -259,14 +249,14 @@ fn q3_k<const V: usize>(row: &[u8], x: [&[BlockQ8]; V]) -> [f32; V] {
     std::array::from_fn(|v| hsum_ps(acc[v]) - 4.0 * corr[v])
 }
 
-/// The K-quant kernel of a format (Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) on one row against `V`
-/// vectors; the token proves the kernels' features.
-struct KQuant {
+/// The one-row kernel of a format (a K-quant, IQ4_NL or IQ4_XS) against `V` vectors;
+/// the token proves the kernels' features.
+struct OneRow {
     _t: Avx2Token,
     ty: GgmlType,
 }
 
-impl RowKernel for KQuant {
+impl RowKernel for OneRow {
     #[inline]
     fn row<const V: usize>(&self, row: &[u8], qx: &QuantizedActivations, g: usize) -> [f32; V] {
         let x = std::array::from_fn(|k| qx.vector(g + k));
@@ -279,17 +269,19 @@ impl RowKernel for KQuant {
                 GgmlType::Q3_K => q3_k(row, x),
                 GgmlType::Q4_K => q4_k(row, x),
                 GgmlType::Q5_K => q5_k(row, x),
+                GgmlType::IQ4_NL => iq4::iq4_nl(row, x),
+                GgmlType::IQ4_XS => iq4::iq4_xs(row, x),
                 _ => q6_k(row, x),
             }
         }
     }
 }
 
-/// Rows `rows` of a K-quant matrix against every vector of `qx`, up to
-/// four vectors per pass over a row, so that a batch unpacks each super-block's
-/// scales and values once per four vectors rather than once per vector; `false`
-/// (and nothing done) for other formats.
-pub(crate) fn k_quant_rows(
+/// Rows `rows` of a K-quant, IQ4_NL or IQ4_XS matrix against every vector of `qx`, up
+/// to four vectors per pass over a row, so that a batch unpacks each block's scales
+/// and values once per four vectors rather than once per vector; `false` (and
+/// nothing done) for other formats.
+pub(crate) fn one_row_rows(
     t: Avx2Token,
     ty: GgmlType,
     weights: &[u8],
@@ -300,10 +292,16 @@ pub(crate) fn k_quant_rows(
 ) -> bool {
     if !matches!(
         ty,
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
     ) {
         return false;
     }
-    rows_by_four(&KQuant { _t: t, ty }, weights, rb, rows, qx, put);
+    rows_by_four(&OneRow { _t: t, ty }, weights, rb, rows, qx, put);
     true
 }

@@ -17,6 +17,20 @@ use super::format::Half;
 use super::formats::{BlockQ4_1, BlockQ5_1};
 use crate::cpu::x86::{load16, load32};
 
+/// `$name(token, row, x)`: the safe entry of kernel `$imp` on one row against one
+/// vector, its features proven by the token.
+macro_rules! safe_entry {
+    ($name:ident => $imp:ident) => {
+        #[inline]
+        pub(crate) fn $name(_t: Avx2Token, row: &[u8], x: &[BlockQ8]) -> f32 {
+            // SAFETY: an `Avx2Token` exists only after runtime detection found
+            // AVX2, FMA and F16C, the features `$imp` is compiled for; `$imp`
+            // reads `row` and `x` only through bounds-checked slicing.
+            unsafe { $imp::<1>(row, [x])[0] }
+        }
+    };
+}
+
 pub(crate) mod iq4;
 pub(crate) mod k_quants;
 pub(crate) mod packed;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 pub use crate::arch::KV_VALUE_BYTES;
-pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle};
+pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle, SlidingWindow};
 use crate::arch::{
     BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
     rope_inv_freq_local,
@@ -277,7 +277,7 @@ impl Model {
             None => None,
         };
         let rope_inv_freq = rope_inv_freq(c, factors.as_deref());
-        let rope_inv_freq_local = c.sliding_window.map(|_| rope_inv_freq_local(c));
+        let rope_inv_freq_local = rope_inv_freq_local(c);
         Ok(Model {
             config,
             tokenizer,
@@ -356,7 +356,7 @@ impl Model {
                 logits: Logits::Last,
             }];
             let logits = self.forward(&mut batch)?.remove(0).logits;
-            let best = crate::sample::top_k_indices(&logits, 1)[0] as u32;
+            let best = crate::sample::argmax(&logits);
             out.push(best);
             next = vec![best];
         }
@@ -622,7 +622,7 @@ impl Model {
         let (qd, hd, nkv) = (c.q_dim(), c.head_dim, c.n_kv_heads);
         let group = c.n_heads / c.n_kv_heads;
         let scale = c.attention_scale;
-        let window = c.sliding_window.filter(|_| c.is_local(layer));
+        let window = c.window(layer);
         let ops = F32Ops::detect();
         crate::cpu::team::for_each_chunk_mut(out, group * hd, |i, heads| {
             let (r, g) = (i / nkv, i % nkv);
@@ -727,10 +727,9 @@ pub struct SeqOutput {
 /// queries and keys, and the norms of a block's outputs.
 fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     for row in x.chunks_exact_mut(w.len()) {
-        let ms = crate::lanes::sum_map(row, |v| v * v) / w.len() as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
+        let inv = inverse_rms(row, eps);
         for (v, &g) in row.iter_mut().zip(w) {
-            *v *= inv * g;
+            *v = *v * inv * g;
         }
     }
 }
@@ -738,15 +737,19 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        // Eight running sums: one would be a chain of `d` dependent adds (the compiler
-        // keeps their order), a visible share of a decode step's serial work once
-        // both norms of every block are counted.
-        let ms = crate::lanes::sum_map(row, |v| v * v) / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
+        let inv = inverse_rms(row, eps);
         for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
             *o = v * inv * g;
         }
     }
+}
+
+/// 1 / sqrt(mean(row²) + eps). Eight running sums: one would be a chain of dependent
+/// adds (the compiler keeps their order), a visible share of a decode step's serial
+/// work once both norms of every block are counted.
+fn inverse_rms(row: &[f32], eps: f32) -> f32 {
+    let ms = crate::lanes::sum_map(row, |v| v * v) / row.len() as f32;
+    1.0 / (ms + eps).sqrt()
 }
 
 /// Adds `bias` to each row of `x` (rows of its length).

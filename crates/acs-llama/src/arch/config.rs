@@ -1,7 +1,7 @@
 //! The hyper-parameters every family here has, read from the `<architecture>.*` keys
 //! of GGUF metadata, and RoPE's frequencies.
 
-use super::{Family, KV_VALUE_BYTES, Recipe, gemma3};
+use super::{Family, KV_VALUE_BYTES, Recipe, gemma3, phi3};
 use crate::error::ModelError;
 use crate::gguf::Metadata;
 
@@ -38,13 +38,20 @@ pub struct ModelConfig {
     pub rms_eps: f32,
     /// What the attention scores are multiplied by before their softmax.
     pub attention_scale: f32,
-    /// Positions a sliding-window layer attends to, its own included, where the
-    /// family has such layers.
-    pub sliding_window: Option<usize>,
-    /// Which layers attend to the sliding window only (empty without a window).
-    pub local_layers: Vec<bool>,
-    /// RoPE frequency base of the sliding-window layers.
-    pub rope_base_local: f32,
+    /// The layers that attend to the last positions only, where the family has them.
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Layers that attend to a window of the last positions only (Gemma 3's local
+/// layers), and turn RoPE at a base of their own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlidingWindow {
+    /// Positions a local layer attends to, its own included.
+    pub size: usize,
+    /// Which layers are local.
+    pub local: Vec<bool>,
+    /// Their RoPE frequency base.
+    pub rope_base: f32,
 }
 
 impl ModelConfig {
@@ -116,37 +123,16 @@ impl ModelConfig {
                 "final logit soft-capping (Gemma 2)".into(),
             ));
         }
-        if family == Family::Phi3
-            && meta
-                .get_usize(&key("rope.scaling.original_context_length"))
-                .is_ok()
-        {
-            return Err(ModelError::Unsupported(
-                "LongRoPE (the Phi-3 128k files)".into(),
-            ));
+        if family == Family::Phi3 {
+            phi3::check_rope(meta, &key)?;
         }
-        let rope_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
-        let mut attention_scale = 1.0 / (head_dim as f32).sqrt();
-        let (mut sliding_window, mut local_layers) = (None, Vec::new());
-        let mut rope_base_local = rope_base;
-        if family == Family::Gemma3 {
-            if n_layers == gemma3::LAYERS_27B {
-                attention_scale = 1.0 / ((d_model / n_heads) as f32).sqrt();
-            }
-            if let Ok(window) = meta.get_usize(&key("attention.sliding_window"))
-                && window > 0
-            {
-                sliding_window = Some(window);
-                let period = meta
-                    .get_usize(&key("attention.sliding_window_pattern"))
-                    .unwrap_or(gemma3::SLIDING_WINDOW_PATTERN)
-                    .max(1);
-                local_layers = (0..n_layers).map(|l| l % period < period - 1).collect();
-                rope_base_local = meta
-                    .get_f32(&key("rope.freq_base_swa"))
-                    .unwrap_or(gemma3::LOCAL_ROPE_BASE);
-            }
-        }
+        let (attention_scale, sliding_window) = match family {
+            Family::Gemma3 => (
+                gemma3::attention_scale(d_model, n_heads, head_dim, n_layers),
+                gemma3::sliding_window(meta, &key, n_layers),
+            ),
+            _ => (1.0 / (head_dim as f32).sqrt(), None),
+        };
         let cfg = ModelConfig {
             family,
             d_model,
@@ -157,7 +143,7 @@ impl ModelConfig {
             ffn: meta.get_usize(&key("feed_forward_length"))?,
             vocab,
             context: meta.get_usize(&key("context_length"))?,
-            rope_base,
+            rope_base: meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_dims,
             rope_freq_scale,
             rms_eps: meta
@@ -165,8 +151,6 @@ impl ModelConfig {
                 .unwrap_or(1e-5),
             attention_scale,
             sliding_window,
-            local_layers,
-            rope_base_local,
         };
         if cfg.n_layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 || cfg.context == 0 {
             return Err(ModelError::Shape(format!("{cfg:?}")));
@@ -186,7 +170,13 @@ impl ModelConfig {
 
     /// Whether layer `l` attends to the sliding window only.
     pub fn is_local(&self, l: usize) -> bool {
-        self.local_layers.get(l).copied().unwrap_or(false)
+        self.window(l).is_some()
+    }
+
+    /// The positions layer `l` attends to, its own included, where it is local.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        let w = self.sliding_window.as_ref()?;
+        w.local.get(l).copied().unwrap_or(false).then_some(w.size)
     }
 
     /// Width of the keys (and values) of one position.
@@ -227,13 +217,13 @@ pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32
         .collect()
 }
 
-/// The same for the sliding-window layers: their own base, unscaled (Gemma 3
-/// stretches the global layers' positions only).
-pub(crate) fn rope_inv_freq_local(c: &ModelConfig) -> Vec<f32> {
-    (0..c.rope_dims / 2)
-        .map(|i| {
-            c.rope_base_local
-                .powf(-(2.0 * i as f32) / c.rope_dims as f32)
-        })
-        .collect()
+/// The same for the sliding-window layers, where the model has them: their own
+/// base, unscaled (Gemma 3 stretches the global layers' positions only).
+pub(crate) fn rope_inv_freq_local(c: &ModelConfig) -> Option<Vec<f32>> {
+    let base = c.sliding_window.as_ref()?.rope_base;
+    Some(
+        (0..c.rope_dims / 2)
+            .map(|i| base.powf(-(2.0 * i as f32) / c.rope_dims as f32))
+            .collect(),
+    )
 }

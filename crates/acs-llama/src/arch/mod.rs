@@ -16,7 +16,7 @@ mod qwen2;
 mod qwen3;
 mod tensors;
 
-pub use config::ModelConfig;
+pub use config::{ModelConfig, SlidingWindow};
 pub(crate) use config::{rope_inv_freq, rope_inv_freq_local};
 pub(crate) use tensors::{BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 

@@ -5,6 +5,8 @@
 //! training); the 128k files' LongRoPE is refused.
 
 use super::{Activation, Recipe, RopeStyle};
+use crate::error::ModelError;
+use crate::gguf::Metadata;
 
 pub(super) const RECIPE: Recipe = Recipe {
     qkv_bias: false,
@@ -15,3 +17,14 @@ pub(super) const RECIPE: Recipe = Recipe {
     scaled_embedding: false,
     fused: true,
 };
+
+/// Refuses the 128k files, whose RoPE (LongRoPE, with an
+/// `rope.scaling.original_context_length`) ACS does not implement.
+pub(super) fn check_rope(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<(), ModelError> {
+    match meta.get_usize(&key("rope.scaling.original_context_length")) {
+        Ok(_) => Err(ModelError::Unsupported(
+            "LongRoPE (the Phi-3 128k files)".into(),
+        )),
+        Err(_) => Ok(()),
+    }
+}

@@ -381,7 +381,7 @@ impl GpuLoader {
             false => None,
         };
         let rope_inv_freq = rope_inv_freq(&c, factors.as_deref());
-        let rope_inv_freq_local = c.sliding_window.map(|_| rope_inv_freq_local(&c));
+        let rope_inv_freq_local = rope_inv_freq_local(&c);
         Ok(GpuModel {
             config: self.config,
             info: self.info,

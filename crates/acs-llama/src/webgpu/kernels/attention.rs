@@ -99,10 +99,7 @@ pub(crate) fn record(
         s_stride: (cache.len + span.len()) as u32,
         scale: c.attention_scale,
         round: u32::from(round),
-        window: match c.sliding_window {
-            Some(w) if c.is_local(layer) => w as u32,
-            _ => 0,
-        },
+        window: c.window(layer).unwrap_or(0) as u32,
     };
     let bindings = [whole(qkv), slice(ck), slice(cv), whole(scores), whole(out)];
     // One workgroup per (new row, head).

@@ -17,4 +17,5 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
   XDG_RUNTIME_DIR="$(mktemp -d)"
   export XDG_RUNTIME_DIR
 fi
-exec cargo run --release -p acs-server -- serve "$@"
+# The playground's "This browser" mode runs the served model in the page: offer it.
+exec cargo run --release -p acs-server -- serve --serve-model-file "$@"

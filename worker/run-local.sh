@@ -5,7 +5,7 @@
 #   ACS_EDGE_SECRET   the secret they were started with (--edge-secret; required)
 #   ACS_ADMIN_SECRET  the secret of the /admin routes (required)
 #   ACS_EDGE_DATA     where Durable Object storage lives (default worker/.data)
-#   ACS_RETENTION_SECS, ACS_MAX_BODY_BYTES as for acs serve
+#   ACS_RETENTION_SECS, ACS_MAX_BODY_BYTES, ACS_MAX_QUEUED_JOBS as for acs serve
 # Extra arguments go to `workerd serve`.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -52,6 +52,7 @@ $modules  ],
     (name = "ACS_ADMIN_SECRET", text = $(q "$ACS_ADMIN_SECRET")),
     (name = "ACS_RETENTION_SECS", text = $(q "${ACS_RETENTION_SECS:-86400}")),
     (name = "ACS_MAX_BODY_BYTES", text = $(q "${ACS_MAX_BODY_BYTES:-4194304}")),
+    (name = "ACS_MAX_QUEUED_JOBS", text = $(q "${ACS_MAX_QUEUED_JOBS:-256}")),
   ],
   durableObjectNamespaces = [(className = "Account", uniqueKey = "acs-accounts", enableSql = true)],
   durableObjectStorage = (localDisk = "storage"),

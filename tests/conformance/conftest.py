@@ -33,6 +33,7 @@ MAKE_KEY = os.environ.get("ACS_MAKE_KEY", "")
 MODEL = os.environ.get("ACS_MODEL", "llama-8b")
 RETENTION_SECS = float(os.environ.get("ACS_RETENTION_SECS", "86400"))
 MAX_BODY_BYTES = int(os.environ.get("ACS_MAX_BODY_BYTES", str(4 << 20)))
+MAX_QUEUED_JOBS = int(os.environ.get("ACS_MAX_QUEUED_JOBS", "256"))
 FACE = os.environ.get("ACS_FACE", "acs")
 # Token ids banned through logit_bias so that choices run to max_tokens ("length").
 # 0..2 are the special/EOS tokens of SmolLM2 and of most Llama-family vocabularies.

@@ -62,8 +62,9 @@ request_props = {
     "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1},
     "top_k": dict(U32, default=0, description="0 keeps all tokens."),
     "seed": {"type": "integer", "minimum": -9223372036854775808, "maximum": 18446744073709551615},
-    "stop": {"oneOf": [{"type": "string", "minLength": 1},
-                       {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
+    "stop": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 256},
+                       {"type": "array", "maxItems": 4,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 256}},
                        {"type": "null"}]},
     "echo": {"type": "boolean", "default": False},
     "logprobs": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"type": "null"}]},
@@ -248,8 +249,9 @@ error = {
             "code": {"type": ["string", "null"], "enum": [
                 "invalid_json", "unknown_parameter", "missing_required_parameter", "invalid_type",
                 "invalid_value", "context_length_exceeded", "model_not_found", "invalid_api_key",
-                "not_found", "unknown_route", "method_not_allowed", "request_too_large",
-                "budget_exhausted", "budget_held", "too_many_running", "invalid_idempotency_key",
+                "not_found", "unknown_route", "method_not_allowed", "request_too_large", "request_timeout",
+                "budget_exhausted", "budget_held", "too_many_running", "too_many_queued_jobs",
+                "invalid_idempotency_key",
                 "idempotency_key_reused", "idempotency_key_in_use", "job_not_finished",
                 "job_cancelled", "result_expired", "overloaded", "internal_error", None]},
         },
@@ -316,14 +318,16 @@ responses = {
     "Gone": err("result_expired: past expires_at."),
     "TooLarge": err("request_too_large: the body is over the server's limit."),
     "Unprocessable": err("idempotency_key_reused: the Idempotency-Key was used with another body."),
-    "TooMany": err("budget_held (fits once running requests end) or too_many_running.", retry=True),
+    "TooMany": err("budget_held (fits once running requests end), too_many_running, or "
+                   "too_many_queued_jobs.", retry=True),
+    "Timeout": err("request_timeout: the body did not arrive within the server's deadline."),
     "ServerError": err("internal_error or overloaded."),
 }
 
 
 def errs(*codes):
     names = {"400": "BadRequest", "401": "Unauthorized", "402": "BudgetExhausted", "404": "NotFound",
-             "405": "MethodNotAllowed", "409": "Conflict", "410": "Gone", "413": "TooLarge",
+             "405": "MethodNotAllowed", "409": "Conflict", "410": "Gone", "408": "Timeout", "413": "TooLarge",
              "422": "Unprocessable", "429": "TooMany", "500": "ServerError", "503": "ServerError"}
     return {c: ref(names[c], "responses") for c in codes}
 
@@ -355,7 +359,7 @@ paths = {
                     "headers": TRAFFIC,
                     "content": {"application/json": {"schema": ref("Completion")},
                                 "text/event-stream": {"schema": SSE_EVENT}}},
-            **errs("400", "401", "402", "404", "405", "413", "429", "500", "503")}}},
+            **errs("400", "401", "402", "404", "405", "408", "413", "429", "500", "503")}}},
     "/v1/completion-jobs": {
         "post": {
             "operationId": "createCompletionJob",
@@ -371,7 +375,7 @@ paths = {
                 "200": {"description": "The Job an Idempotency-Key made already (same body).",
                         "headers": dict(TRAFFIC, **{"idempotent-replayed": ref("IdempotentReplayed", "headers")}),
                         "content": {"application/json": {"schema": ref("Job")}}},
-                **errs("400", "401", "404", "405", "409", "413", "422", "500")}},
+                **errs("400", "401", "404", "405", "408", "409", "413", "422", "429", "500")}},
         "get": {
             "operationId": "listCompletionJobs", "summary": "The key's Jobs, newest first.",
             "parameters": [

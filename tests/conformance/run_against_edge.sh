@@ -36,7 +36,7 @@ cat >"$DATA/start.sh" <<START
 #!/usr/bin/env bash
 ACS_UPSTREAMS='http://127.0.0.1:$UP_PORT' ACS_EDGE_SECRET='$EDGE_SECRET' ACS_ADMIN_SECRET='$ADMIN_SECRET' \\
 ACS_EDGE_DATA='$DATA/edge' ACS_EDGE_ADDR='127.0.0.1:$EDGE_PORT' ACS_RETENTION_SECS='$RETENTION' \\
-ACS_MAX_BODY_BYTES='$MAX_BODY' '$ROOT/worker/run-local.sh' >>'$DATA/edge.log' 2>&1 &
+ACS_MAX_BODY_BYTES='$MAX_BODY' ACS_MAX_QUEUED_JOBS='$MAX_QUEUED' '$ROOT/worker/run-local.sh' >>'$DATA/edge.log' 2>&1 &
 echo \$! >'$DATA/edge.pid'
 $(declare -f wait_up)
 wait_up 'http://127.0.0.1:$EDGE_PORT/health' '$DATA/edge.pid' '$DATA/edge.log'

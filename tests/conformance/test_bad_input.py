@@ -125,6 +125,7 @@ CASES = [
     ("stop-empty-string-scalar", body(stop=""), 400, V, "stop"),
     ("stop-number-item", body(stop=[1]), 400, T, "stop"),
     ("stop-object", body(stop={"a": 1}), 400, T, "stop"),
+    ("stop-too-long", body(stop=["x" * 257]), 400, V, "stop"),
     # --- booleans, logprobs, user
     ("echo-string", body(echo="yes"), 400, T, "echo"),
     ("echo-int", body(echo=1), 400, T, "echo"),

@@ -177,3 +177,17 @@ def test_client_gone_during_a_long_prefill_stops_it(fresh, model_info):
     charged = before["tokens_left"] - after["tokens_left"]
     # (A token prompt has no BOS added: its tokens are the prompt's tokens.)
     assert charged <= len(prompt), f"{charged} tokens charged: the request went on generating"
+
+
+def test_contrast_texts_count_into_the_hold(fresh, api):
+    # A contrast pair runs its two texts through the model, so its tokens are held
+    # with the prompt's; a key whose Budget covers the prompt and max_tokens alone is
+    # refused before any of that work, and is charged nothing.
+    p = api.ok_complete(prompt="The sky is", max_tokens=1)["usage"]["prompt_tokens"]
+    a = fresh(p + 2)
+    steer = [{"layer": 1, "positive": "a happy day", "negative": "a sad night", "scale": 1}]
+    expect_error(a.complete(prompt="The sky is", max_tokens=2, steering=steer),
+                 402, "budget_exhausted")
+    assert a.budget() == {"tokens_left": p + 2, "tokens_held": 0, "running": 0,
+                          "max_running": 8}
+    assert a.ok_complete(prompt="The sky is", max_tokens=2)["usage"]["prompt_tokens"] == p

@@ -3,6 +3,7 @@
 import base64
 import struct
 import time
+import uuid
 
 import pytest
 
@@ -218,3 +219,18 @@ def test_steered_and_plain_side_by_side(api, model_info):
     for i, c in enumerate(res):
         if i % 2 == 0:
             assert c["choices"][0]["text"] == plain
+
+
+def test_kept_prompts_are_not_shared_between_keys(fresh):
+    # Key b sends the prompt key a sent: nothing of a's is reused, so b's usage says
+    # nothing was cached (it would tell b what a sent); a's second request reuses it.
+    a, b = fresh(), fresh()
+    prompt = f"{uuid.uuid4()} is a record of the weather in a town by the sea, day by day, for a year."
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+    first = a.ok_complete(**body)
+    n = first["usage"]["prompt_tokens"]
+    assert n >= 16
+    cached = lambda c: c["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)  # noqa: E731
+    assert cached(first) == 0
+    assert cached(b.ok_complete(**body)) == 0
+    assert cached(a.ok_complete(**body)) == n

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from conftest import (EOS_BAN, JOB_FIELDS, MODEL, RETENTION_SECS, check_completion, check_job,
-                      expect_error)
+from conftest import (EOS_BAN, JOB_FIELDS, MAX_QUEUED_JOBS, MODEL, RETENTION_SECS,
+                      check_completion, check_job, expect_error)
 
 
 def ts(s):
@@ -236,3 +236,33 @@ def test_job_activations(api, model_info):
     (a,) = c["activations"]
     assert a["shape"] == [c["usage"]["prompt_tokens"], d]
     assert len(base64.b64decode(a["data"])) == 4 * d * c["usage"]["prompt_tokens"]
+
+
+@pytest.mark.skipif(MAX_QUEUED_JOBS > 32, reason="the server queues too many jobs per key to fill")
+def test_queued_jobs_per_key_are_bounded(fresh):
+    # One job of the key runs at a time; the rest wait in the queue, up to the limit.
+    a = fresh(10_000_000, max_running=1)
+    accepted, refused = [], None
+    for i in range(MAX_QUEUED_JOBS + 3):
+        r = a.submit_job(max_tokens=200, prompt=f"Queue {i}", logit_bias=EOS_BAN,
+                         idem=f"queue-{i}")
+        if r.status_code == 429:
+            refused = (i, r)
+            break
+        assert r.status_code == 202, r.text
+        accepted.append(r.json()["id"])
+    assert refused is not None, f"{len(accepted)} jobs accepted, none refused"
+    i, r = refused
+    expect_error(r, 429, "too_many_queued_jobs")
+    # All but the running one (if it started yet) are queued.
+    assert MAX_QUEUED_JOBS <= len(accepted) <= MAX_QUEUED_JOBS + 1
+    for j in accepted:
+        assert a.post(f"/v1/completion-jobs/{j}/cancel").status_code == 200
+    for j in accepted:
+        a.wait_job(j)
+    # The refused submission's idempotency key was not spent: the same key and body
+    # make a job now.
+    again = a.submit_job(max_tokens=200, prompt=f"Queue {i}", logit_bias=EOS_BAN,
+                         idem=f"queue-{i}")
+    assert again.status_code == 202, again.text
+    assert a.wait_job(again.json()["id"])["status"] == "succeeded"

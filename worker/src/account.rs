@@ -83,6 +83,8 @@ struct Inner {
     upstreams: Upstreams,
     retention_ms: i64,
     max_body_bytes: usize,
+    /// Most jobs the key may have queued (`ACS_MAX_QUEUED_JOBS`).
+    max_queued_jobs: u64,
     /// Whether this instance has recovered what an earlier one left.
     booted: Cell<bool>,
     /// Whether an alarm handler is driving jobs now.
@@ -105,11 +107,13 @@ impl DurableObject for Account {
         let inner = Db::open(state.storage()).and_then(|db| {
             let retention_ms = env_number(&env, "ACS_RETENTION_SECS", 86_400).saturating_mul(1000);
             Ok(Rc::new(Inner {
-                upstreams: Upstreams::from_env(&env)?,
+                // One object is one key: its id is the key's scope upstream.
+                upstreams: Upstreams::from_env(&env)?.scoped(state.id().to_string()),
                 state,
                 db,
                 retention_ms: i64::try_from(retention_ms).unwrap_or(i64::MAX),
                 max_body_bytes: env_number(&env, "ACS_MAX_BODY_BYTES", 4 << 20) as usize,
+                max_queued_jobs: env_number(&env, "ACS_MAX_QUEUED_JOBS", jobs::MAX_QUEUED_JOBS),
                 booted: Cell::new(false),
                 driving: Cell::new(false),
                 running: RefCell::default(),
@@ -525,7 +529,19 @@ impl Inner {
             canonical,
             t,
         );
-        let job = self.db.tx(move |s| jobs::create(s, job, idem.as_deref()))?;
+        let (key_id, idem2, max_queued) = (key.id.clone(), idem.clone(), self.max_queued_jobs);
+        let created = self
+            .db
+            .tx(move |s| jobs::create(s, job, idem2.as_deref(), max_queued));
+        let job = match created {
+            Ok(job) => job,
+            Err(e) => {
+                let _ = self
+                    .db
+                    .tx(move |s| jobs::abandon(s, &key_id, idem.as_deref()));
+                return Ok(self.refusal(&key.id, &e));
+            }
+        };
         self.holds.borrow_mut().insert(job.id, hold);
         self.wake().await;
         Ok(self.job_response(202, &job))

@@ -15,6 +15,10 @@ use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Res
 pub const SECRET_HEADER: &str = "x-acs-edge-secret";
 /// The header that names whose rules validate a body (`completions` or `jobs`).
 pub const ENDPOINT_HEADER: &str = "x-acs-endpoint";
+/// The header that names whose run the edge sends: an upstream shares prompts (its
+/// prompt cache, prefills in progress) only among runs of one scope, so that one
+/// key's `cached_tokens` never tell of another key's prompts.
+pub const SCOPE_HEADER: &str = "x-acs-cache-scope";
 
 /// Runs that may go to a prompt's own upstream beyond those of the least busy one:
 /// above that, the run goes to the least busy instead.
@@ -39,6 +43,9 @@ pub struct Upstreams {
     next: Cell<usize>,
     /// Runs in flight on each upstream.
     running: Rc<[Cell<usize>]>,
+    /// The [`SCOPE_HEADER`] of the runs sent: the key's own, none for a stateless
+    /// caller.
+    scope: Option<String>,
 }
 
 /// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
@@ -130,7 +137,16 @@ impl Upstreams {
             secret,
             next: Cell::new(0),
             running,
+            scope: None,
         })
+    }
+
+    /// These upstreams, sending runs as `scope`'s ([`SCOPE_HEADER`]).
+    pub fn scoped(self, scope: String) -> Upstreams {
+        Upstreams {
+            scope: Some(scope),
+            ..self
+        }
     }
 
     /// How many upstreams there are.
@@ -180,6 +196,9 @@ impl Upstreams {
                     .map_err(|e| ApiError::internal(format!("header {k}: {e}")))
             };
             set(SECRET_HEADER, &self.secret)?;
+            if let Some(scope) = &self.scope {
+                set(SCOPE_HEADER, scope)?;
+            }
             let mut init = RequestInit::new();
             init.with_method(method.clone());
             if let Some((text, endpoint)) = body {

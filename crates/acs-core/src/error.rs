@@ -33,12 +33,16 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// The body is over the size limit.
     RequestTooLarge,
+    /// The body did not arrive within the server's deadline.
+    RequestTimeout,
     /// The Hold can never fit into the key's Budget.
     BudgetExhausted,
     /// The Hold fits the Budget, but not beside the running requests' Holds.
     BudgetHeld,
     /// The key already runs as many requests as its traffic limit allows.
     TooManyRunning,
+    /// The key already has as many jobs queued as the server allows one key.
+    TooManyQueuedJobs,
     /// The `Idempotency-Key` header is malformed.
     InvalidIdempotencyKey,
     /// The idempotency key was used with another body.
@@ -75,11 +79,12 @@ impl ErrorCode {
             BudgetExhausted => 402,
             ModelNotFound | NotFound | UnknownRoute => 404,
             MethodNotAllowed => 405,
+            RequestTimeout => 408,
             IdempotencyKeyInUse | JobNotFinished | JobCancelled => 409,
             ResultExpired => 410,
             RequestTooLarge => 413,
             IdempotencyKeyReused => 422,
-            BudgetHeld | TooManyRunning => 429,
+            BudgetHeld | TooManyRunning | TooManyQueuedJobs => 429,
             Internal => 500,
             UpstreamUnavailable => 502,
             Overloaded => 503,
@@ -91,7 +96,7 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BudgetExhausted => "insufficient_quota",
-            BudgetHeld | TooManyRunning => "rate_limit_error",
+            BudgetHeld | TooManyRunning | TooManyQueuedJobs => "rate_limit_error",
             InvalidApiKey => "authentication_error",
             Internal | Overloaded | UpstreamUnavailable => "server_error",
             _ => "invalid_request_error",
@@ -114,9 +119,11 @@ impl ErrorCode {
             UnknownRoute => "unknown_route",
             MethodNotAllowed => "method_not_allowed",
             RequestTooLarge => "request_too_large",
+            RequestTimeout => "request_timeout",
             BudgetExhausted => "budget_exhausted",
             BudgetHeld => "budget_held",
             TooManyRunning => "too_many_running",
+            TooManyQueuedJobs => "too_many_queued_jobs",
             InvalidIdempotencyKey => "invalid_idempotency_key",
             IdempotencyKeyReused => "idempotency_key_reused",
             IdempotencyKeyInUse => "idempotency_key_in_use",
@@ -132,7 +139,7 @@ impl ErrorCode {
     /// Parses a `code` string back, for errors read from storage or an upstream.
     pub fn from_code(code: &str) -> Option<Self> {
         use ErrorCode::*;
-        const ALL: [ErrorCode; 24] = [
+        const ALL: [ErrorCode; 26] = [
             InvalidJson,
             UnknownParameter,
             MissingParameter,
@@ -145,9 +152,11 @@ impl ErrorCode {
             UnknownRoute,
             MethodNotAllowed,
             RequestTooLarge,
+            RequestTimeout,
             BudgetExhausted,
             BudgetHeld,
             TooManyRunning,
+            TooManyQueuedJobs,
             InvalidIdempotencyKey,
             IdempotencyKeyReused,
             IdempotencyKeyInUse,

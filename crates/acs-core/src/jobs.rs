@@ -123,15 +123,33 @@ pub fn abandon<S: Store>(
     Ok(())
 }
 
+/// The `retry-after` of `too_many_queued_jobs`: queued jobs start as running ones
+/// end, which takes seconds at least.
+pub const QUEUED_RETRY_SECS: u32 = 5;
+
+/// Jobs one key may have queued unless the server says otherwise.
+pub const MAX_QUEUED_JOBS: u64 = 256;
+
 /// Second step of a submission: stores the queued job and completes the
-/// idempotency record.
+/// idempotency record; 429 `too_many_queued_jobs` when the key already has
+/// `max_queued` jobs queued (the caller then [`abandon`]s the idempotency claim).
 pub fn create<S: Store>(
     store: &mut S,
     job: Job,
     idempotency_key: Option<&str>,
+    max_queued: u64,
 ) -> Result<Job, ApiError> {
     if store.job(job.id)?.is_some() {
         return Err(ApiError::internal(format!("job id {} is taken", job.id)));
+    }
+    if store.queued_jobs_of(&job.key_id)? >= max_queued {
+        return Err(ApiError::new(
+            ErrorCode::TooManyQueuedJobs,
+            format!(
+                "This key has {max_queued} jobs queued, the most this server queues for one key; submit more as they start."
+            ),
+        )
+        .with_retry_after(QUEUED_RETRY_SECS));
     }
     store.put_job(&job)?;
     if let Some(idem) = idempotency_key {

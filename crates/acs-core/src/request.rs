@@ -20,6 +20,10 @@ pub const MAX_N: u32 = 128;
 pub const MAX_PROMPTS: usize = 256;
 /// Most stop sequences.
 pub const MAX_STOP: usize = 4;
+/// Longest stop sequence, in characters: a stop sequence is matched against every
+/// choice's text as it grows, so its length is work per token; real ones are a few
+/// words.
+pub const MAX_STOP_CHARS: usize = 256;
 /// Most alternatives per token in `logprobs`.
 pub const MAX_LOGPROBS: u8 = 5;
 /// Most steering entries in one request.
@@ -707,6 +711,15 @@ fn parse_stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
         return Err(ApiError::invalid_value(
             "stop",
             "Stop sequences must not be empty.",
+        ));
+    }
+    if let Some(long) = list.iter().find(|s| s.chars().count() > MAX_STOP_CHARS) {
+        return Err(ApiError::invalid_value(
+            "stop",
+            format!(
+                "A stop sequence is at most {MAX_STOP_CHARS} characters; one has {}.",
+                long.chars().count()
+            ),
         ));
     }
     Ok(list)

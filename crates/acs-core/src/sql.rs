@@ -331,6 +331,14 @@ impl<C: SqlConn> Store for SqlStore<C> {
             &[status.as_str().into()],
         )
     }
+    fn queued_jobs_of(&self, key_id: &str) -> StoreResult<u64> {
+        let mut rows = self.rows(
+            "SELECT COUNT(*) FROM jobs WHERE key_id = ? AND status = ?",
+            &[key_id.into(), JobStatus::Queued.as_str().into()],
+            |r| r.count(),
+        )?;
+        Ok(rows.pop().unwrap_or(0))
+    }
     fn put_result(&mut self, id: JobId, r: &JobResult) -> StoreResult<()> {
         self.conn.execute(
             "INSERT INTO results (job_id, data) VALUES (?, ?)

@@ -130,6 +130,8 @@ pub trait Store {
     fn jobs_of(&self, key_id: &str, before: Option<JobId>, limit: usize) -> StoreResult<Vec<Job>>;
     /// Every job in `status`, oldest first.
     fn jobs_with_status(&self, status: JobStatus) -> StoreResult<Vec<Job>>;
+    /// How many of `key_id`'s jobs are queued.
+    fn queued_jobs_of(&self, key_id: &str) -> StoreResult<u64>;
 
     /// Stores a finished job's result.
     fn put_result(&mut self, id: JobId, result: &JobResult) -> StoreResult<()>;
@@ -281,6 +283,13 @@ impl Store for MemoryStore {
             .cloned()
             .collect())
     }
+    fn queued_jobs_of(&self, key_id: &str) -> StoreResult<u64> {
+        Ok(self
+            .jobs
+            .values()
+            .filter(|j| j.key_id == key_id && j.status == JobStatus::Queued)
+            .count() as u64)
+    }
     fn put_result(&mut self, id: JobId, result: &JobResult) -> StoreResult<()> {
         self.results.insert(id, result.clone());
         Ok(())
@@ -351,7 +360,7 @@ mod tests {
             Timestamp::DAY_MS,
         )
         .unwrap();
-        let job = jobs::create(&mut s, job, Some("idem-1")).unwrap();
+        let job = jobs::create(&mut s, job, Some("idem-1"), 1).unwrap();
         let json = serde_json::to_string(&s.snapshot()).unwrap();
         let back = MemoryStore::from_snapshot(serde_json::from_str(&json).unwrap());
         assert_eq!(back.snapshot(), s.snapshot());

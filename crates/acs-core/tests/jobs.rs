@@ -70,7 +70,7 @@ fn submit(
                 body.into(),
                 now,
             );
-            Ok((jobs::create(s, job, idem)?, false))
+            Ok((jobs::create(s, job, idem, jobs::MAX_QUEUED_JOBS)?, false))
         }
     }
 }

@@ -114,7 +114,7 @@ proptest! {
                     let mut random = [0u8; 10];
                     random[2..].copy_from_slice(&next.to_be_bytes());
                     let job = Job::new(JobId::new_v7(now, random), &key(k), "m", "{}".into(), now);
-                    jobs::create(&mut s, job, None).unwrap();
+                    jobs::create(&mut s, job, None, u64::MAX).unwrap();
                 }
                 Op::StartJob { pick, tokens } => {
                     let queued = s.jobs_with_status(JobStatus::Queued).unwrap();

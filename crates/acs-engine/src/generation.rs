@@ -37,12 +37,51 @@ pub struct Generation {
     pub steering: Vec<LayerAdd>,
     /// Activation read-out: blocks and positions.
     pub capture: Option<(Vec<usize>, Positions)>,
+    /// Contrast pairs of `steering` whose vectors are still to be computed (by
+    /// [`resolve_on`], after the request's Hold is taken): the scheduler runs only a
+    /// request without any.
+    pub contrasts: Vec<Contrast>,
+    /// Who may share this request's prefills and kept prompts: only requests of the
+    /// same scope do. A shared prompt is visible to its sharers (as
+    /// `usage.prompt_tokens_details.cached_tokens`, and as time saved), so a server
+    /// gives each API key its own scope unless its operator shares the cache.
+    pub scope: String,
+}
+
+/// A contrast pair of a request's steering, tokenized. Its vector (the difference of
+/// the two texts' mean activations) takes a forward pass of each text, which
+/// [`resolve_on`] runs once the request holds its tokens, so that a request refused
+/// for its Budget costs no model work.
+#[derive(Debug, Clone)]
+pub struct Contrast {
+    /// Its place in [`Generation::steering`], empty until resolved.
+    at: usize,
+    /// The request's steering entry it comes from, for errors.
+    entry: usize,
+    scale: f32,
+    positive: Vec<u32>,
+    negative: Vec<u32>,
 }
 
 impl Generation {
     /// Tokens the prompts hold, each prompt once.
     pub fn prompt_lens(&self) -> Vec<usize> {
         self.prompts.iter().map(Vec::len).collect()
+    }
+
+    /// Tokens of the contrast texts still to run through the model.
+    pub fn contrast_tokens(&self) -> usize {
+        self.contrasts
+            .iter()
+            .map(|c| c.positive.len() + c.negative.len())
+            .sum()
+    }
+
+    /// The tokens the request holds while it runs: its prompts, every token it may
+    /// generate, and its contrast texts (model work as much as a prompt's).
+    pub fn hold_tokens(&self) -> u64 {
+        acs_core::request::hold_tokens(&self.prompt_lens(), self.n as u32, self.max_tokens as u32)
+            .saturating_add(self.contrast_tokens() as u64)
     }
 
     /// Sequence positions this request can occupy at most: each prompt once and
@@ -79,26 +118,12 @@ pub fn model_info(model: &Model, id: &str, created: i64) -> ModelInfo {
 }
 
 /// Tokenizes prompts (control tokens such as `<|im_start|>` are recognised, as chat
-/// prompts need), checks the request against the model, and resolves steering
-/// (contrast pairs run on the CPU model). `seed` is used when the request names none.
-#[cfg(not(target_arch = "wasm32"))]
+/// prompts need), checks the request against the model, and resolves steering but
+/// for contrast pairs, which it tokenizes for [`resolve_on`] (no model work runs
+/// here). `seed` is used when the request names none.
 pub fn prepare(
     req: &CompletionRequest,
     model: &Model,
-    info: &ModelInfo,
-    controls: &ControlVectors,
-    seed: u64,
-) -> Result<Generation, ApiError> {
-    pollster::block_on(prepare_on(req, model, model, info, controls, seed))
-}
-
-/// [`prepare`], with contrast pairs run on `backend`: the browser's, where the CPU
-/// model may have no weights (they went straight to the GPU) and the GPU cannot be
-/// waited for by blocking.
-pub async fn prepare_on<B: Backend>(
-    req: &CompletionRequest,
-    model: &Model,
-    backend: &B,
     info: &ModelInfo,
     controls: &ControlVectors,
     seed: u64,
@@ -133,6 +158,7 @@ pub async fn prepare_on<B: Backend>(
         }
     }
     let mut steering = Vec::with_capacity(req.steering.len());
+    let mut contrasts = Vec::new();
     for (i, s) in req.steering.iter().enumerate() {
         let scaled = |v: &[f32]| v.iter().map(|x| x * s.scale).collect();
         let from = steering.len();
@@ -142,11 +168,16 @@ pub async fn prepare_on<B: Backend>(
                 vector: scaled(v),
             }),
             (SteeringSource::Contrast { positive, negative }, Some(layer)) => {
-                let v =
-                    contrast_vector_on(backend, model, positive, negative, layer as usize).await?;
+                contrasts.push(Contrast {
+                    at: steering.len(),
+                    entry: i,
+                    scale: s.scale,
+                    positive: contrast_ids(model, positive)?,
+                    negative: contrast_ids(model, negative)?,
+                });
                 steering.push(LayerAdd {
                     layer: layer as usize,
-                    vector: scaled(&v),
+                    vector: Vec::new(),
                 });
             }
             (SteeringSource::ControlVector(name), only) => {
@@ -226,22 +257,47 @@ pub async fn prepare_on<B: Backend>(
         echo: req.echo,
         steering,
         capture,
+        contrasts,
+        scope: String::new(),
     })
 }
 
-/// The mean residual stream after block `layer` over the tokens of `text`.
+/// Computes the vectors of `g`'s contrast pairs on the CPU model (see
+/// [`resolve_on`]).
 #[cfg(not(target_arch = "wasm32"))]
-pub fn mean_activation(model: &Model, text: &str, layer: usize) -> Result<Vec<f32>, ApiError> {
-    pollster::block_on(mean_activation_on(model, model, text, layer))
+pub fn resolve(g: &mut Generation, model: &Model) -> Result<(), ApiError> {
+    pollster::block_on(resolve_on(g, model, model))
 }
 
-/// [`mean_activation`] run on `backend`.
-pub async fn mean_activation_on<B: Backend>(
-    backend: &B,
+/// Computes the vectors of `g`'s contrast pairs on `backend` (in the browser its
+/// device, where the CPU model may have no weights and the GPU cannot be waited for
+/// by blocking), scaled, in their places of its steering; then `g` can run.
+pub async fn resolve_on<B: Backend>(
+    g: &mut Generation,
     model: &Model,
-    text: &str,
-    layer: usize,
-) -> Result<Vec<f32>, ApiError> {
+    backend: &B,
+) -> Result<(), ApiError> {
+    for c in std::mem::take(&mut g.contrasts) {
+        let layer = g.steering[c.at].layer;
+        let p = mean_activation_on(backend, model, &c.positive, layer).await?;
+        let n = mean_activation_on(backend, model, &c.negative, layer).await?;
+        let vector: Vec<f32> = p.iter().zip(&n).map(|(a, b)| (a - b) * c.scale).collect();
+        if !vector.iter().all(|&x| steering_value_in_range(x)) {
+            return Err(ApiError::invalid_value(
+                format!("steering[{}].scale", c.entry),
+                format!(
+                    "scale × vector must stay finite and within ±{MAX_STEERING_VALUE:e}; \
+                     this contrast pair's difference times its scale does not."
+                ),
+            ));
+        }
+        g.steering[c.at].vector = vector;
+    }
+    Ok(())
+}
+
+/// A contrast text's tokens: 1 to a context window of them.
+fn contrast_ids(model: &Model, text: &str) -> Result<Vec<u32>, ApiError> {
     let ids = model
         .tokenizer
         .encode(text, true, true)
@@ -252,10 +308,21 @@ pub async fn mean_activation_on<B: Backend>(
             "Contrast texts must have 1 to context-window tokens.",
         ));
     }
+    Ok(ids)
+}
+
+/// The mean residual stream after block `layer` over the tokens `ids`, run on
+/// `backend`.
+async fn mean_activation_on<B: Backend>(
+    backend: &B,
+    model: &Model,
+    ids: &[u32],
+    layer: usize,
+) -> Result<Vec<f32>, ApiError> {
     let mut cache = backend.new_cache(ids.len());
     let mut batch = [SeqInput {
         cache: &mut cache,
-        tokens: &ids,
+        tokens: ids,
         steering: &[],
         capture: &[layer],
         logits: Logits::None,
@@ -290,19 +357,12 @@ pub fn contrast_vector(
     negative: &str,
     layer: usize,
 ) -> Result<Vec<f32>, ApiError> {
-    pollster::block_on(contrast_vector_on(model, model, positive, negative, layer))
-}
-
-/// [`contrast_vector`] run on `backend`.
-pub async fn contrast_vector_on<B: Backend>(
-    backend: &B,
-    model: &Model,
-    positive: &str,
-    negative: &str,
-    layer: usize,
-) -> Result<Vec<f32>, ApiError> {
-    let p = mean_activation_on(backend, model, positive, layer).await?;
-    let n = mean_activation_on(backend, model, negative, layer).await?;
+    let (p, n) = (
+        contrast_ids(model, positive)?,
+        contrast_ids(model, negative)?,
+    );
+    let p = pollster::block_on(mean_activation_on(model, model, &p, layer))?;
+    let n = pollster::block_on(mean_activation_on(model, model, &n, layer))?;
     Ok(p.iter().zip(&n).map(|(a, b)| a - b).collect())
 }
 

@@ -20,6 +20,6 @@ pub use backend::Backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub use engine::Engine;
 #[cfg(not(target_arch = "wasm32"))]
-pub use generation::prepare;
-pub use generation::{Generation, prepare_on};
+pub use generation::resolve;
+pub use generation::{Generation, prepare, resolve_on};
 pub use scheduler::{Event, Finished, Scheduler, SchedulerConfig, Sink, Stats, Ticket};

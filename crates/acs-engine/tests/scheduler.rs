@@ -46,9 +46,14 @@ fn submit(s: &mut Scheduler, body: Value) -> Log {
 
 /// `submit`, keeping the ticket so that the test can cancel.
 fn submit_with_ticket(s: &mut Scheduler, body: Value) -> (Log, acs_engine::Ticket) {
+    submit_in_scope(s, body, "")
+}
+
+/// `submit_with_ticket` of a request of this sharing scope (`Generation::scope`).
+fn submit_in_scope(s: &mut Scheduler, body: Value, scope: &str) -> (Log, acs_engine::Ticket) {
     let model = Arc::clone(s.model());
     let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
-    let g = prepare(
+    let mut g = prepare(
         &req,
         &model,
         &model_info(&model, "m", 0),
@@ -56,6 +61,7 @@ fn submit_with_ticket(s: &mut Scheduler, body: Value) -> (Log, acs_engine::Ticke
         7,
     )
     .unwrap();
+    g.scope = scope.to_owned();
     let log: Log = Arc::default();
     let l = Arc::clone(&log);
     let ticket = s
@@ -577,6 +583,64 @@ fn a_prompt_kept_from_an_earlier_request_is_not_prefilled_again() {
         (3, 2),
         "an echo with logprobs prefills its prompt every time"
     );
+}
+
+/// Prompts are shared only within a scope (a server's API key): a request of another
+/// scope neither branches from a kept prompt, nor copies its beginning, nor rides on
+/// a prefill in progress, and its usage says nothing was cached; within its own
+/// scope it does all three.
+#[test]
+fn prompts_are_shared_within_their_scope_only() {
+    let m = model();
+    let prompt: Vec<u32> = (1..=20).collect();
+    let longer: Vec<u32> = (1..=26).collect();
+    let body = |p: &[u32]| json!({"model":"m","prompt":p,"max_tokens":3,"temperature":0});
+    let mut s = scheduler(&m);
+    let run = |s: &mut Scheduler, b: Value, scope: &str| {
+        let (log, ticket) = submit_in_scope(s, b.clone(), scope);
+        ticket.detach();
+        run_to_end(s);
+        let got = done(&log);
+        assert_eq!(got.choices, alone(&m, &b).choices, "{scope}");
+        let stats = s.stats();
+        (
+            got.usage.prompt_tokens_details.cached_tokens,
+            stats.prefills,
+            stats.prompt_cache_hits,
+        )
+    };
+    assert_eq!(run(&mut s, body(&prompt), "a"), (0, 1, 0));
+    assert_eq!(
+        run(&mut s, body(&prompt), "b"),
+        (0, 2, 0),
+        "a's kept prompt"
+    );
+    assert_eq!(run(&mut s, body(&longer), "c"), (0, 3, 0), "a's beginning");
+    assert_eq!(run(&mut s, body(&prompt), "b"), (20, 3, 1), "b's own");
+    assert_eq!(
+        run(&mut s, body(&longer), "a"),
+        (20, 4, 2),
+        "a's own beginning"
+    );
+    // Two requests of one long prompt at once: across scopes each prefills it; in
+    // one scope the second rides on the first's prefill.
+    let long: Vec<u32> = (100..=130).collect();
+    for (scopes, prefills) in [(["x", "y"], 2), (["z", "z"], 1)] {
+        let mut s = chunked_scheduler(&m, 8);
+        let logs: Vec<Log> = scopes
+            .iter()
+            .map(|scope| {
+                let (log, ticket) = submit_in_scope(&mut s, body(&long), scope);
+                ticket.detach();
+                log
+            })
+            .collect();
+        run_to_end(&mut s);
+        for log in &logs {
+            assert_eq!(done(log).choices, alone(&m, &body(&long)).choices);
+        }
+        assert_eq!(s.stats().prefills, prefills, "{scopes:?}");
+    }
 }
 
 /// Kept prompts take only KV room that no request reserved, give it up (the least

@@ -362,3 +362,43 @@ fn control_vector_files_load_and_steer_their_layers() {
         (400, Some("steering[0].control_vector"))
     );
 }
+
+/// Preparing a request with contrast pairs runs no model work: it tokenizes the
+/// texts and counts them into the Hold; the engine refuses the request until
+/// `resolve` has run them, and then each pair's vector is its scale times the pair's
+/// contrast vector, in the place of its entry.
+#[test]
+fn contrast_pairs_run_only_when_resolved() {
+    let model = tiny(3);
+    let info = model_info(&model, "m", 0);
+    let body = json!({"model":"m","prompt":"x","max_tokens":4,"n":2,"steering":[
+        {"layer":1,"vector":vec![0.5; model.config.d_model],"scale":1},
+        {"layer":2,"positive":"happy day","negative":"sad night","scale":3}]});
+    let req = CompletionRequest::from_value(&body, Endpoint::Completions).unwrap();
+    let mut g = prepare(&req, &model, &info, &Default::default(), 1).unwrap();
+    let tok = |t: &str| model.tokenizer.encode(t, true, true).unwrap().len();
+    let contrast = tok("happy day") + tok("sad night");
+    assert_eq!(g.contrast_tokens(), contrast);
+    assert_eq!(
+        g.hold_tokens(),
+        (g.prompts[0].len() + 2 * 4 + contrast) as u64
+    );
+    assert!(g.steering[1].vector.is_empty(), "no vector before resolve");
+    let mut s = Scheduler::new(
+        Arc::clone(&model),
+        SchedulerConfig::with_kv_bytes(&model, 64 << 20),
+    );
+    let refused = s.submit(g.clone(), Box::new(|_| true)).unwrap_err();
+    assert_eq!(refused.status(), 500, "{refused}");
+    acs_engine::resolve(&mut g, &model).unwrap();
+    assert!(g.contrasts.is_empty());
+    let want: Vec<f32> = contrast_vector(&model, "happy day", "sad night", 2)
+        .unwrap()
+        .iter()
+        .map(|v| v * 3.0)
+        .collect();
+    assert_eq!(g.steering[1].layer, 2);
+    assert_eq!(g.steering[1].vector, want);
+    assert_eq!(g.steering[0].vector, vec![0.5; model.config.d_model]);
+    assert!(s.submit(g, Box::new(|_| true)).is_ok());
+}

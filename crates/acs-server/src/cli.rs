@@ -75,7 +75,8 @@ pub fn run_completion(
 ) -> Result<Completion, ApiError> {
     let info = model_info(model, model_id, 0);
     let seed = u64::from_le_bytes(random());
-    let generation = prepare(req, model, &info, &Default::default(), seed)?;
+    let mut generation = prepare(req, model, &info, &Default::default(), seed)?;
+    acs_engine::resolve(&mut generation, model)?;
     let events = engine.run(generation)?;
     for e in events {
         match e {

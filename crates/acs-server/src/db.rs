@@ -20,6 +20,39 @@ pub enum DbError {
     /// The file is from a newer ACS.
     #[error("database schema version {0} is newer than this acs knows ({1})")]
     TooNew(i64, usize),
+    /// Another `acs serve` holds the directory.
+    #[error("{0} is in use by another acs serve; stop it, or give this one another --data")]
+    InUse(std::path::PathBuf),
+    /// The directory or its lock file could not be had.
+    #[error("{0}: {1}")]
+    Io(std::path::PathBuf, std::io::Error),
+}
+
+/// One `acs serve`'s hold on its data directory: an exclusive lock on `serve.lock`
+/// in it, which the system releases when the process ends, however it ends. Other
+/// commands (`acs keys`) use the database beside a running server, as SQLite allows.
+#[derive(Debug)]
+pub struct DataLock {
+    _file: std::fs::File,
+}
+
+impl DataLock {
+    /// Locks `dir` (creating it), or says that another server holds it.
+    pub fn acquire(dir: &Path) -> Result<DataLock, DbError> {
+        let io = |e| DbError::Io(dir.to_owned(), e);
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("serve.lock"))
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(DbError::InUse(dir.to_owned())),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+        }
+    }
 }
 
 /// The database: one connection behind a lock (SQLite serialises writers anyway, and

@@ -3,15 +3,17 @@
 //!
 //! 1. [`prepare`]: validate the parsed request against the served model and tokenize it;
 //! 2. admit: take the Hold of its [`hold`] tokens on the payer's Budget;
-//! 3. run: hand it to the engine ([`start`]) and drive it to its end;
-//! 4. settle: charge the tokens used and release the rest of the Hold.
+//! 3. [`resolve`]: run its contrast pairs through the model, the first model work,
+//!    only now that it holds its tokens;
+//! 4. run: hand it to the engine ([`start`]) and drive it to its end;
+//! 5. settle: charge the tokens used and release the rest of the Hold.
 //!
-//! [`admit_and_run`] does 2-4 for a request answered at once. A job's Hold belongs to
+//! [`admit_and_run`] does 2-5 for a request answered at once. A job's Hold belongs to
 //! its record, so the dispatcher admits and settles through `acs_core::jobs` (`start`,
-//! `finish`), in the transactions that move the job; it prepares and runs here.
+//! `finish`), in the transactions that move the job; it prepares, resolves and runs
+//! here.
 
 use acs_core::ids::{completion_id, request_id};
-use acs_core::request::hold_tokens;
 use acs_core::{ApiError, Completion, CompletionRequest, Outcome, ledger};
 use acs_engine::{Event, Finished, Generation, Ticket, prepare as prepare_generation};
 use tokio::sync::mpsc;
@@ -21,8 +23,8 @@ use crate::db::Db;
 use crate::random::random;
 use crate::service::Service;
 
-/// Validates and prepares a request for the engine (tokenizing, and running the model
-/// for contrast steering vectors, off the async threads).
+/// Validates and prepares a request for the engine (tokenizing, off the async
+/// threads); no model work runs.
 pub async fn prepare(service: &Service, req: CompletionRequest) -> Result<Generation, ApiError> {
     let info = service.check_model(&req.model)?;
     let model = std::sync::Arc::clone(service.engine.model());
@@ -33,14 +35,22 @@ pub async fn prepare(service: &Service, req: CompletionRequest) -> Result<Genera
         .map_err(|e| ApiError::internal(format!("prepare task: {e}")))?
 }
 
-/// The tokens a prepared request holds while it runs: its prompts and every token it
-/// may generate.
+/// Runs a prepared request's contrast pairs through the model (off the async
+/// threads), so that the engine can take it.
+pub async fn resolve(service: &Service, mut g: Generation) -> Result<Generation, ApiError> {
+    if g.contrasts.is_empty() {
+        return Ok(g);
+    }
+    let model = std::sync::Arc::clone(service.engine.model());
+    tokio::task::spawn_blocking(move || acs_engine::resolve(&mut g, &model).map(|()| g))
+        .await
+        .map_err(|e| ApiError::internal(format!("resolve task: {e}")))?
+}
+
+/// The tokens a prepared request holds while it runs: its prompts, every token it
+/// may generate, and its contrast texts.
 pub fn hold(generation: &Generation) -> u64 {
-    hold_tokens(
-        &generation.prompt_lens(),
-        generation.n as u32,
-        generation.max_tokens as u32,
-    )
+    generation.hold_tokens()
 }
 
 /// Hands a prepared request to the engine; its events arrive on the receiver, and the
@@ -122,9 +132,10 @@ fn settle(db: &Db, hold_id: &str, used: u64) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Takes the Hold and starts the engine; a task settles the Hold when the engine
-/// reports the end, and cancels the engine's work if the receiver goes away.
-pub fn admit_and_run(
+/// Takes the Hold, resolves the request's contrast pairs and starts the engine; a
+/// task settles the Hold when the engine reports the end, and cancels the engine's
+/// work if the receiver goes away.
+pub async fn admit_and_run(
     service: &Service,
     payer: Payer<'_>,
     generation: Generation,
@@ -132,7 +143,11 @@ pub fn admit_and_run(
     let rid = request_id(random());
     let prompt_lens = generation.prompt_lens();
     let settles = admit(service, payer, &rid, hold(&generation))?;
-    let (ticket, mut erx) = match start(service, generation) {
+    let started = match resolve(service, generation).await {
+        Ok(g) => start(service, g),
+        Err(e) => Err(e),
+    };
+    let (ticket, mut erx) = match started {
         Ok(started) => started,
         Err(e) => {
             if settles {

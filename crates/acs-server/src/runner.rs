@@ -62,7 +62,10 @@ async fn dispatch_once(
         let now = state.now();
         let retention = state.config.retention_ms;
         let generation = match generation {
-            Ok(g) => g,
+            Ok(mut g) => {
+                g.scope = state.scope(&job.key_id);
+                g
+            }
             Err(e) => {
                 // The request became impossible (e.g. another model is served now).
                 state
@@ -89,7 +92,12 @@ async fn dispatch_once(
 fn spawn_run(state: Service, job: Job, generation: Generation) {
     tokio::spawn(async move {
         let id = job.id;
-        let (outcome, used) = match run::start(&state, generation) {
+        // The job holds its tokens now: its contrast pairs may run.
+        let started = match run::resolve(&state, generation).await {
+            Ok(g) => run::start(&state, g),
+            Err(e) => Err(e),
+        };
+        let (outcome, used) = match started {
             Err(e) => (Outcome::Failed(e), 0),
             Ok((ticket, mut rx)) => {
                 state

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 
 use crate::cli::CliError;
 use crate::clock::unix_now;
-use crate::db::Db;
+use crate::db::{DataLock, Db};
 use crate::http::{self, AppState};
 use crate::service::{self, Service, TUTORIAL_ALIAS};
 use crate::{models, runner};
@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// or SmolLM2-135M-Instruct for the default model).
     #[arg(long)]
     model_id: Option<String>,
+    /// Most jobs one key may have queued; more are refused (429
+    /// `too_many_queued_jobs`) until some start.
+    #[arg(long, default_value_t = acs_core::jobs::MAX_QUEUED_JOBS)]
+    max_queued_jobs: u64,
     /// How long job results and idempotency keys are kept, in seconds.
     #[arg(long, default_value_t = 86_400)]
     retention_secs: u64,
@@ -45,9 +49,25 @@ pub struct ServeArgs {
     /// need it.
     #[arg(long, default_value_t = acs_engine::scheduler::PROMPT_CACHE_ENTRIES)]
     prompt_cache: usize,
+    /// Let every key's requests share kept prompts and prefills. By default a key
+    /// shares only its own: a shared prompt shows (in `cached_tokens`, and in time
+    /// saved) that another request sent it, so sharing across keys suits a server
+    /// whose keys all belong to one party.
+    #[arg(long)]
+    share_prompt_cache: bool,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
+    /// Longest wait for a request's line and headers, in seconds, from the
+    /// connection's start or its previous response (idle connections close then).
+    #[arg(long, default_value_t = 30)]
+    header_timeout_secs: u64,
+    /// Longest a request body may take to arrive, in seconds (then 408).
+    #[arg(long, default_value_t = 60)]
+    body_timeout_secs: u64,
+    /// Most client connections open at once; more wait to be accepted.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// A control vector requests may name: NAME=FILE (a llama.cpp / repeng GGUF);
     /// repeat for several.
     #[arg(long = "control-vector", value_name = "NAME=FILE")]
@@ -60,6 +80,11 @@ pub struct ServeArgs {
     /// else the CPU), `cpu`, or `webgpu` (any WebGPU adapter, software ones included).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
+    /// Offer the served GGUF file at `/model.gguf`, for the playground's "This
+    /// browser" mode (the model runs in the visitor's page). Off by default: it
+    /// gives the weights to anyone who can reach the server.
+    #[arg(long)]
+    serve_model_file: bool,
     /// The playground's static files, served at `/` (default: web/ of this checkout).
     #[arg(long)]
     web: Option<PathBuf>,
@@ -73,6 +98,10 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Held until the process ends: a second server on the same data would release
+    // this one's live Holds and requeue its running jobs as it recovers.
+    let _serving = DataLock::acquire(&a.data)
+        .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
     let is_default = a.model.is_none();
     let path = models::resolve(a.model)?;
     let model = models::load(&path)?;
@@ -116,6 +145,8 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             model_id: model_id.clone(),
             aliases: vec![TUTORIAL_ALIAS.to_owned()],
             retention_ms: (a.retention_secs as i64).saturating_mul(1000),
+            share_prompt_cache: a.share_prompt_cache,
+            max_queued_jobs: a.max_queued_jobs,
         }),
         running_jobs: Arc::default(),
         wake: Arc::new(Notify::new()),
@@ -125,8 +156,9 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         service: service.clone(),
         config: Arc::new(http::Config {
             max_body_bytes: a.max_body_bytes,
+            body_timeout: std::time::Duration::from_secs(a.body_timeout_secs),
             edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
-            model_file: Some(path.clone()),
+            model_file: a.serve_model_file.then(|| path.clone()),
         }),
     };
     let requeued = runner::recover(&service)?;
@@ -150,10 +182,12 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             a.addr
         );
         tokio::spawn(runner::dispatch(service));
-        axum::serve(listener, http::router(state, web))
-            .with_graceful_shutdown(shutdown())
-            .await
-            .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))
+        let limits = http::Limits {
+            header_timeout: std::time::Duration::from_secs(a.header_timeout_secs.max(1)),
+            max_connections: a.max_connections,
+        };
+        http::serve(listener, http::router(state, web), limits, shutdown()).await;
+        Ok(())
     })
 }
 

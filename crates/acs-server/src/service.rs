@@ -25,6 +25,11 @@ pub struct Config {
     pub aliases: Vec<String>,
     /// How long job results and idempotency keys are kept.
     pub retention_ms: i64,
+    /// Whether all keys share prefills and kept prompts (`--share-prompt-cache`); by
+    /// default each key shares only its own.
+    pub share_prompt_cache: bool,
+    /// Most jobs one key may have queued (`--max-queued-jobs`).
+    pub max_queued_jobs: u64,
 }
 
 /// The server's shared parts; cloning shares them.
@@ -58,6 +63,17 @@ impl Service {
     /// Now.
     pub fn now(&self) -> Timestamp {
         clock::now()
+    }
+
+    /// The engine's sharing scope ([`acs_engine::Generation::scope`]) of a request
+    /// made for `who` (a key's id, or what an edge names): `who`'s own, unless the
+    /// operator shares the prompt cache among all.
+    pub fn scope(&self, who: &str) -> String {
+        if self.config.share_prompt_cache {
+            String::new()
+        } else {
+            who.to_owned()
+        }
     }
 
     /// The model facts under `id`.

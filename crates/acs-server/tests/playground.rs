@@ -22,7 +22,7 @@ fn the_playground_samples_two_prompts_in_chromium() {
     let data = temp_dir("playground");
     let key = make_key(&data, 100_000, 4);
     let model = default_model();
-    let server = Server::start(&data, &model, &[]);
+    let server = Server::start(&data, &model, &["--serve-model-file"]);
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
     // Outside `data`, which goes when the test passes.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground.png");

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use acs_core::ids::{body_digest, completion_id, request_id};
 use acs_core::jobs::{self, Begin, Start};
-use acs_core::request::{canonical_json, hold_tokens};
+use acs_core::request::canonical_json;
 use acs_core::response::{List, TEXT_COMPLETION};
 use acs_core::sql::MAX_SAFE_INTEGER;
 use acs_core::{
@@ -197,16 +197,18 @@ impl Runtime {
         }
     }
 
-    /// Tokenizes and checks a request; contrast pairs run on the page's device.
-    async fn prepare(&self, req: &CompletionRequest) -> Result<Generation, ApiError> {
+    /// Tokenizes and checks a request (no model work).
+    fn prepare(&self, req: &CompletionRequest) -> Result<Generation, ApiError> {
         let info = self.check_model(&req.model)?;
         let seed = u64::from_le_bytes(random());
         let controls = ControlVectors::new();
-        acs_engine::prepare_on(req, &self.model, &*self.device, &info, &controls, seed).await
+        acs_engine::prepare(req, &self.model, &info, &controls, seed)
     }
 
-    /// Hands a request to the scheduler task.
-    async fn submit(&self, g: Generation, sink: Sink) -> Result<Ticket, ApiError> {
+    /// Runs a request's contrast pairs on the page's device (once it holds its
+    /// tokens), then hands it to the scheduler task.
+    async fn submit(&self, mut g: Generation, sink: Sink) -> Result<Ticket, ApiError> {
+        acs_engine::resolve_on(&mut g, &self.model, &*self.device).await?;
         let stopped = || ApiError::internal("the engine task has stopped");
         let (reply, answer) = oneshot::channel();
         self.submit
@@ -237,13 +239,9 @@ impl Runtime {
         aborted: impl Fn() -> bool,
     ) -> Result<Completion, ApiError> {
         let req = CompletionRequest::from_value(body, Endpoint::Completions)?;
-        let generation = self.prepare(&req).await?;
+        let generation = self.prepare(&req)?;
         let rid = request_id(random());
-        let hold = hold_tokens(
-            &generation.prompt_lens(),
-            generation.n as u32,
-            generation.max_tokens as u32,
-        );
+        let hold = generation.hold_tokens();
         self.tx(|s| ledger::admit(s, KEY, &rid, hold, now()))?;
         let (tx, mut rx) = mpsc::unbounded();
         let ticket = match self
@@ -305,13 +303,20 @@ impl Runtime {
         if let Begin::Replay(job) = begun {
             return Ok((job.view(now()), true));
         }
-        if let Err(e) = self.prepare(&req).await {
+        if let Err(e) = self.prepare(&req) {
             self.tx(|s| jobs::abandon(s, KEY, idempotency_key))?;
             return Err(e);
         }
         let t = now();
         let job = Job::new(JobId::new_v7(t, random()), KEY, &req.model, canonical, t);
-        let job = self.tx(|s| jobs::create(s, job, idempotency_key))?;
+        let created = self.tx(|s| jobs::create(s, job, idempotency_key, jobs::MAX_QUEUED_JOBS));
+        let job = match created {
+            Ok(job) => job,
+            Err(e) => {
+                self.tx(|s| jobs::abandon(s, KEY, idempotency_key))?;
+                return Err(e);
+            }
+        };
         let _ = self.wake.unbounded_send(());
         Ok((job.view(now()), false))
     }
@@ -397,7 +402,7 @@ async fn dispatch_once(rt: &Rc<Runtime>) {
     };
     for job in queued {
         let generation = match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
-            Ok(r) => rt.prepare(&r).await,
+            Ok(r) => rt.prepare(&r),
             Err(e) => Err(e),
         };
         let generation = match generation {
@@ -407,11 +412,7 @@ async fn dispatch_once(rt: &Rc<Runtime>) {
                 continue;
             }
         };
-        let hold = hold_tokens(
-            &generation.prompt_lens(),
-            generation.n as u32,
-            generation.max_tokens as u32,
-        );
+        let hold = generation.hold_tokens();
         if let Ok(Start::Started(job)) = rt.tx(|s| jobs::start(s, job.id, hold, now(), retention)) {
             spawn_local(run_job(Rc::clone(rt), job, generation));
         }

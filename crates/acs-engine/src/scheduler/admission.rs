@@ -32,13 +32,19 @@ pub struct SchedulerConfig {
 
 impl SchedulerConfig {
     /// Refuses a request that could never fit the KV memory, whatever runs beside
-    /// it; one that fits waits for room if it must.
+    /// it (one that fits waits for room if it must), and one whose contrast pairs
+    /// are still to be resolved.
     pub(crate) fn admits(
         &self,
         model: &Model,
         generation: &Generation,
         shared_prompts: bool,
     ) -> Result<(), ApiError> {
+        if !generation.contrasts.is_empty() {
+            return Err(ApiError::internal(
+                "a request reached the engine before its contrast pairs were resolved",
+            ));
+        }
         let need = generation.kv_tokens(shared_prompts);
         if need > self.kv_capacity_tokens {
             let per = model.config.kv_bytes_per_token();
@@ -114,7 +120,8 @@ impl<B: Backend> Scheduler<B> {
             return Ok(());
         }
         let ids = g.prompts[prompt].clone();
-        if let Some(k) = self.kept.find(&ids) {
+        let scope = g.scope.clone();
+        if let Some(k) = self.kept.find(&scope, &ids) {
             self.hit_kept(k);
             let (cache, logits) = self.kept.branch(&*self.backend, k, positions)?;
             let pr = &mut self.running[request].prompts[prompt];
@@ -126,7 +133,10 @@ impl<B: Backend> Scheduler<B> {
             };
             return self.after_prefill(request, prompt, ids.len(), out, false);
         }
-        let (cache, done, cached) = match (self.leader_for(&ids), self.kept.longest_prefix(&ids)) {
+        let (cache, done, cached) = match (
+            self.leader_for(&scope, &ids),
+            self.kept.longest_prefix(&scope, &ids),
+        ) {
             (Some((ri, pi, at)), kept) if kept.is_none_or(|(_, n)| n < at) => {
                 let leader = self.running[ri].id;
                 let theirs = &mut self.running[ri].prompts[pi];

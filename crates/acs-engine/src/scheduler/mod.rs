@@ -353,6 +353,7 @@ impl<B: Backend> Scheduler<B> {
         let keep = ran && self.config.prompt_cache > 0 && plain(g);
         let kept = if keep {
             Some((
+                g.scope.clone(),
                 ids.clone(),
                 backend.fork(&mut cache, ids.len())?,
                 logits.clone(),
@@ -367,9 +368,9 @@ impl<B: Backend> Scheduler<B> {
         }
         let choices = choices::branch(&*backend, &model, g, prompt, &pr.echo, cache, &logits)?;
         a.choices.extend(choices);
-        if let Some((ids, cache, logits)) = kept {
+        if let Some((scope, ids, cache, logits)) = kept {
             let room = self.unreserved();
-            self.kept.keep(ids, cache, logits, room);
+            self.kept.keep(&scope, ids, cache, logits, room);
         }
         Ok(())
     }

@@ -17,6 +17,11 @@ pub const PROMPT_CACHE_ENTRIES: usize = 64;
 /// A prompt whose prefill ended, kept for later requests with the same tokens (or
 /// that begin with some of them).
 struct KeptPrompt<C> {
+    /// The [`Generation::scope`] of the request that prefilled it: only requests of
+    /// that scope use it.
+    ///
+    /// [`Generation::scope`]: crate::Generation::scope
+    scope: String,
     ids: Vec<u32>,
     /// A branch of the prompt's cache that holds its positions and no room: every
     /// later request branches from it as a choice branches from its prompt.
@@ -69,15 +74,18 @@ impl<C> PromptCache<C> {
             .sum()
     }
 
-    /// The kept prompt (its place) with these tokens.
-    pub(super) fn find(&self, ids: &[u32]) -> Option<usize> {
-        self.kept.iter().position(|k| k.ids == ids)
+    /// The kept prompt of `scope` (its place) with these tokens.
+    pub(super) fn find(&self, scope: &str, ids: &[u32]) -> Option<usize> {
+        self.kept
+            .iter()
+            .position(|k| k.scope == scope && k.ids == ids)
     }
 
-    /// The kept prompt (its place) that shares the longest beginning with `ids`, and
-    /// that beginning's length, where one shares a [`branch_point`].
-    pub(super) fn longest_prefix(&self, ids: &[u32]) -> Option<(usize, usize)> {
+    /// The kept prompt of `scope` (its place) that shares the longest beginning with
+    /// `ids`, and that beginning's length, where one shares a [`branch_point`].
+    pub(super) fn longest_prefix(&self, scope: &str, ids: &[u32]) -> Option<(usize, usize)> {
         (0..self.kept.len())
+            .filter(|&i| self.kept[i].scope == scope)
             .filter_map(|i| Some((i, branch_point(ids, &self.kept[i].ids)?)))
             .max_by_key(|&(_, n)| n)
     }
@@ -112,13 +120,24 @@ impl<C> PromptCache<C> {
         backend.copy_prefix(&self.kept[k].cache, prefix, positions)
     }
 
-    /// Keeps a prompt whose prefill just ended (`cache`: a branch of it with no room
-    /// of its own), if the cache takes it: the least recently used kept prompts make
-    /// way for it, within the entries allowed and the `room` of KV positions that no
-    /// request reserved.
-    pub(super) fn keep(&mut self, ids: Vec<u32>, cache: C, logits: Vec<f32>, room: usize) {
+    /// Keeps a prompt of `scope` whose prefill just ended (`cache`: a branch of it
+    /// with no room of its own), if the cache takes it: the least recently used kept
+    /// prompts make way for it, within the entries allowed and the `room` of KV
+    /// positions that no request reserved.
+    pub(super) fn keep(
+        &mut self,
+        scope: &str,
+        ids: Vec<u32>,
+        cache: C,
+        logits: Vec<f32>,
+        room: usize,
+    ) {
         let now = self.tick();
-        if let Some(k) = self.kept.iter_mut().find(|k| k.ids == ids) {
+        if let Some(k) = self
+            .kept
+            .iter_mut()
+            .find(|k| k.scope == scope && k.ids == ids)
+        {
             k.used = now;
             return;
         }
@@ -127,6 +146,7 @@ impl<C> PromptCache<C> {
         if !full(self) {
             self.tokens += ids.len();
             self.kept.push(KeptPrompt {
+                scope: scope.to_owned(),
                 ids,
                 cache,
                 logits,

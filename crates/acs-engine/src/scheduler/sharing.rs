@@ -52,11 +52,11 @@ pub(super) fn branch_point(ids: &[u32], theirs: &[u32]) -> Option<usize> {
 impl<B: Backend> Scheduler<B> {
     /// The prompt being prefilled (request and prompt, by place in `running`) that a
     /// plain prompt of `ids` shares the most with, and its [`branch_point`], among
-    /// [`plain`] requests.
-    pub(super) fn leader_for(&self, ids: &[u32]) -> Option<(usize, usize, usize)> {
+    /// [`plain`] requests of `scope`.
+    pub(super) fn leader_for(&self, scope: &str, ids: &[u32]) -> Option<(usize, usize, usize)> {
         let mut best: Option<(usize, usize, usize)> = None;
         for (ri, a) in self.running.iter().enumerate() {
-            if !plain(&a.generation) {
+            if !plain(&a.generation) || a.generation.scope != scope {
                 continue;
             }
             for (pi, pr) in a.prompts.iter().enumerate() {

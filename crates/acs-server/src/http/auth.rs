@@ -18,6 +18,9 @@ use super::state::AppState;
 pub const SECRET_HEADER: &str = "x-acs-edge-secret";
 /// The header that names the endpoint whose rules apply to an edge's request.
 pub const ENDPOINT_HEADER: &str = "x-acs-endpoint";
+/// The header that names whose request an edge sends (its key): requests of one
+/// scope share prompts (see [`acs_engine::Generation::scope`]).
+pub const SCOPE_HEADER: &str = "x-acs-cache-scope";
 
 /// The key of `Authorization: Bearer <key>`; 401 without a valid one.
 #[derive(Debug)]
@@ -53,16 +56,27 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiErro
     }
 }
 
-/// The configured edge (by [`SECRET_HEADER`]), and the endpoint whose rules its
-/// request follows ([`ENDPOINT_HEADER`]: `completions`, the default, or `jobs`).
+/// The configured edge (by [`SECRET_HEADER`]), the endpoint whose rules its request
+/// follows ([`ENDPOINT_HEADER`]: `completions`, the default, or `jobs`), and whose
+/// request it is ([`SCOPE_HEADER`]).
 #[derive(Debug)]
-pub struct EdgeCaller(pub Endpoint);
+pub struct EdgeCaller {
+    pub endpoint: Endpoint,
+    pub scope: Option<String>,
+}
 
 impl FromRequestParts<AppState> for EdgeCaller {
     type Rejection = Failure;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Failure> {
-        Ok(EdgeCaller(check_edge(state, &parts.headers)?))
+        let endpoint = check_edge(state, &parts.headers)?;
+        let scope = parts
+            .headers
+            .get(SCOPE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        Ok(EdgeCaller { endpoint, scope })
     }
 }
 

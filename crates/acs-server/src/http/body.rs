@@ -8,7 +8,8 @@ use super::error::Failure;
 use super::state::AppState;
 
 /// The whole request body: 413 past the size limit, 400 when it ends before its
-/// `Content-Length` (the client sent part of it and stopped).
+/// `Content-Length` (the client sent part of it and stopped), 408 when it has not
+/// arrived whole within the body's deadline (a client sending a byte now and then).
 #[derive(Debug)]
 pub struct LimitedBody(pub Bytes);
 
@@ -16,9 +17,19 @@ impl FromRequest<AppState> for LimitedBody {
     type Rejection = Failure;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Failure> {
-        let limit = state.config.max_body_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
+        let (limit, deadline) = (state.config.max_body_bytes, state.config.body_timeout);
+        let read = tokio::time::timeout(deadline, axum::body::to_bytes(req.into_body(), limit));
+        let bytes = read
             .await
+            .map_err(|_| {
+                ApiError::new(
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "The request body did not arrive within {} s.",
+                        deadline.as_secs()
+                    ),
+                )
+            })?
             .map_err(|e| {
                 let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
                 while let Some(s) = source {

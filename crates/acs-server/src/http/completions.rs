@@ -26,8 +26,9 @@ pub async fn create(
     let req = CompletionRequest::parse(&bytes, Endpoint::Completions)?;
     let model = req.model.clone();
     let (stream, include_usage) = (req.stream, req.stream_include_usage);
-    let generation = run::prepare(service, req).await?;
-    let admitted = match run::admit_and_run(service, Payer::Key(&key.id), generation) {
+    let mut generation = run::prepare(service, req).await?;
+    generation.scope = service.scope(&key.id);
+    let admitted = match run::admit_and_run(service, Payer::Key(&key.id), generation).await {
         Ok(a) => a,
         Err(e) => {
             // Refusals (402, 429) tell the client where its key stands.

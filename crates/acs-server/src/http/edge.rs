@@ -4,7 +4,8 @@
 //!
 //! Both routes exist only with `acs serve --edge-secret`, and take the request only
 //! from the edge ([`EdgeCaller`]). `x-acs-endpoint: jobs` validates a body by the
-//! rules of `/v1/completion-jobs` (activations allowed, no streaming).
+//! rules of `/v1/completion-jobs` (activations allowed, no streaming);
+//! `x-acs-cache-scope` names the edge's key, whose requests alone share their prompts.
 
 use acs_core::CompletionRequest;
 use axum::extract::State;
@@ -23,9 +24,9 @@ use crate::run::{self, Payer};
 fn parse(
     edge: Result<EdgeCaller, Failure>,
     body: Result<LimitedBody, Failure>,
-) -> Result<CompletionRequest, Failure> {
-    let (EdgeCaller(endpoint), LimitedBody(bytes)) = (edge?, body?);
-    Ok(CompletionRequest::parse(&bytes, endpoint)?)
+) -> Result<(CompletionRequest, Option<String>), Failure> {
+    let (EdgeCaller { endpoint, scope }, LimitedBody(bytes)) = (edge?, body?);
+    Ok((CompletionRequest::parse(&bytes, endpoint)?, scope))
 }
 
 /// `POST /edge/v1/prepare`: validates the request against the model and answers
@@ -35,7 +36,7 @@ pub async fn prepare(
     edge: Result<EdgeCaller, Failure>,
     body: Result<LimitedBody, Failure>,
 ) -> Result<Response, Failure> {
-    let req = parse(edge, body)?;
+    let (req, _) = parse(edge, body)?;
     let g = run::prepare(&state.service, req).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -50,13 +51,16 @@ pub async fn run(
     edge: Result<EdgeCaller, Failure>,
     body: Result<LimitedBody, Failure>,
 ) -> Result<Response, Failure> {
-    let req = parse(edge, body)?;
+    let (req, scope) = parse(edge, body)?;
     let model = req.model.clone();
     let audience = Audience::Edge {
         chunks: req.stream,
         include_usage: req.stream_include_usage,
     };
-    let g = run::prepare(&state.service, req).await?;
-    let admitted = run::admit_and_run(&state.service, Payer::Edge, g)?;
+    let mut g = run::prepare(&state.service, req).await?;
+    // The edge's key (SCOPE_HEADER), or, from an edge that names none, no sharing.
+    let who = scope.unwrap_or_else(|| acs_core::ids::request_id(crate::random::random()));
+    g.scope = state.service.scope(&format!("edge:{who}"));
+    let admitted = run::admit_and_run(&state.service, Payer::Edge, g).await?;
     Ok(sse(admitted, model, audience))
 }

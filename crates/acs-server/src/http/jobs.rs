@@ -8,7 +8,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::auth::Authenticated;
@@ -100,7 +100,23 @@ pub async fn submit(
         canonical,
         now,
     );
-    let job = service.db.tx(|s| jobs::create(s, job, idem.as_deref()))?;
+    let max_queued = service.config.max_queued_jobs;
+    let job = match service
+        .db
+        .tx(|s| jobs::create(s, job, idem.as_deref(), max_queued))
+    {
+        Ok(job) => job,
+        Err(e) => {
+            let _ = service
+                .db
+                .tx(|s| jobs::abandon(s, &key.id, idem.as_deref()));
+            return Ok(with_budget(
+                &service.db,
+                &key.id,
+                Failure(e).into_response(),
+            ));
+        }
+    };
     service.wake.notify_one();
     Ok(job_response(service, StatusCode::ACCEPTED, &job))
 }

@@ -1,6 +1,7 @@
 //! The HTTP face of the server. Handlers, one module per resource, take who is calling
 //! ([`auth`]) and the body ([`body`]) as extractors and answer errors as [`error`]
-//! shapes them; [`router`] routes to them, and nothing routes back.
+//! shapes them; [`router`] routes to them, and nothing routes back. [`serve`] accepts
+//! the connections.
 
 mod auth;
 mod body;
@@ -9,6 +10,7 @@ mod completions;
 mod edge;
 mod error;
 mod jobs;
+mod listen;
 mod meta;
 mod models;
 mod response;
@@ -16,5 +18,6 @@ mod router;
 mod sse;
 mod state;
 
+pub use listen::{Limits, serve};
 pub use router::router;
 pub use state::{AppState, Config};

@@ -10,10 +10,12 @@ use crate::service::Service;
 pub struct Config {
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
+    /// Longest a request's body may take to arrive, from its handler's first read.
+    pub body_timeout: std::time::Duration,
     /// The secret of a trusted edge, which may call the `/edge` routes.
     pub edge_secret: Option<String>,
-    /// The served GGUF file, offered at `/model.gguf` so that the playground can run
-    /// the same model in the visitor's browser.
+    /// The served GGUF file, offered at `/model.gguf` (when the operator asks) so that
+    /// the playground can run the same model in the visitor's browser.
     pub model_file: Option<PathBuf>,
 }
 

@@ -1,0 +1,125 @@
+//! What a second server, a slow client or a crowd of idle connections cannot do to
+//! a running `acs serve`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Server, acs, curl, default_model, make_key, temp_dir};
+
+/// A second `acs serve` on the data of a running one refuses to start (its recovery
+/// would release the first's live Holds and requeue its running jobs), and the first
+/// serves on; once the first is gone (killed: the system drops its lock), a server
+/// starts there again.
+#[test]
+fn a_second_server_on_the_same_data_refuses_to_start() {
+    let data = temp_dir("data-lock");
+    let mut first = Server::start(&data, &default_model(), &[]);
+    let out = acs()
+        .args(["serve", "--addr", "127.0.0.1:0", "--data"])
+        .arg(&*data)
+        .arg("--model")
+        .arg(default_model())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second server ran: {err}");
+    assert!(err.contains("in use by another acs serve"), "{err}");
+    assert_eq!(curl(&first.base, "GET", "/health", None, &[]).0, 200);
+    first.restart();
+    assert_eq!(curl(&first.base, "GET", "/health", None, &[]).0, 200);
+}
+
+fn connect(base: &str) -> TcpStream {
+    let s = TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Reads until the server closes the connection; what it sent, and how long it took.
+fn until_closed(s: &mut TcpStream) -> (String, Duration) {
+    let t = Instant::now();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)
+        .expect("the server closes the connection before the client's 20 s");
+    (String::from_utf8_lossy(&got).into_owned(), t.elapsed())
+}
+
+/// A client that sends half a request line and stops is cut off at the head's
+/// deadline; one that sends its head and part of its body gets 408
+/// `request_timeout` at the body's.
+#[test]
+fn half_sent_requests_are_cut_off_at_their_deadlines() {
+    let data = temp_dir("deadlines");
+    let key = make_key(&data, 1_000_000, 4);
+    let server = Server::start(
+        &data,
+        &default_model(),
+        &["--header-timeout-secs", "1", "--body-timeout-secs", "1"],
+    );
+    let mut head = connect(&server.base);
+    head.write_all(b"POST /v1/compl").unwrap();
+    let (_, waited) = until_closed(&mut head);
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+
+    let mut body = connect(&server.base);
+    let part = br#"{"model":"llama-8b","#;
+    write!(
+        body,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    .unwrap();
+    body.write_all(part).unwrap();
+    let (reply, waited) = until_closed(&mut body);
+    assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains(r#""code":"request_timeout""#), "{reply}");
+    // The server serves on.
+    assert_eq!(curl(&server.base, "GET", "/health", None, &[]).0, 200);
+}
+
+/// Past `--max-connections`, a new connection waits to be accepted: idle
+/// connections that send nothing hold every place until their head's deadline
+/// closes them, and then the waiting request is served.
+#[test]
+fn connections_past_the_cap_wait_for_a_place() {
+    let data = temp_dir("connection-cap");
+    let server = Server::start(
+        &data,
+        &default_model(),
+        &["--max-connections", "2", "--header-timeout-secs", "3"],
+    );
+    // Wait for the start-up probe's connection to close (it may be kept alive).
+    std::thread::sleep(Duration::from_secs(4));
+    let idle: Vec<TcpStream> = (0..2).map(|_| connect(&server.base)).collect();
+    let t = Instant::now();
+    let mut waiting = connect(&server.base);
+    waiting
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (reply, _) = until_closed(&mut waiting);
+    let waited = t.elapsed();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        waited > Duration::from_secs(2) && waited < Duration::from_secs(10),
+        "served after {waited:?}: it should wait for an idle connection's 3 s deadline"
+    );
+    drop(idle);
+}
+
+/// The model's weights are offered at `/model.gguf` only when the operator asks.
+#[test]
+fn the_model_file_is_served_only_when_asked() {
+    for (extra, want) in [(&[][..], 404), (&["--serve-model-file"][..], 206)] {
+        let data = temp_dir("model-file");
+        let server = Server::start(&data, &default_model(), extra);
+        let range = [("Range", "bytes=0-3")];
+        let (status, _, body) = curl(&server.base, "GET", "/model.gguf", None, &range);
+        assert_eq!(status, want, "{extra:?}: {body}");
+        if want == 206 {
+            assert_eq!(body, "GGUF");
+        }
+    }
+}

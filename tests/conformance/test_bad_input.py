@@ -126,6 +126,9 @@ CASES = [
     ("stop-number-item", body(stop=[1]), 400, T, "stop"),
     ("stop-object", body(stop={"a": 1}), 400, T, "stop"),
     ("stop-too-long", body(stop=["x" * 257]), 400, V, "stop"),
+    # n choices each repeating 1,500 prompt tokens' scores: 1.15 M log-probabilities.
+    ("echo-logprobs-too-many", body(prompt="hello " * 1500, n=128, echo=True, logprobs=5,
+                                    max_tokens=0), 400, V, "logprobs"),
     # --- booleans, logprobs, user
     ("echo-string", body(echo="yes"), 400, T, "echo"),
     ("echo-int", body(echo=1), 400, T, "echo"),

@@ -158,7 +158,8 @@ impl Inner {
         if self.booted.replace(true) {
             return Ok(());
         }
-        let requeued = self.db.tx(jobs::recover)?;
+        let (t, retention) = (now(), self.retention_ms);
+        let requeued = self.db.tx(move |s| jobs::recover(s, t, retention))?;
         if requeued > 0 {
             worker::console_log!("requeued {requeued} jobs of an earlier instance");
         }
@@ -505,19 +506,20 @@ impl Inner {
         let begun = self
             .db
             .tx(move |s| jobs::begin(s, &key_id, idem2.as_deref(), &digest, t, retention))?;
-        if let Begin::Replay(job) = begun {
-            let resp = self.job_response(200, &job);
-            set(resp.headers(), "idempotent-replayed", "true");
-            return Ok(resp);
-        }
+        let claim = match begun {
+            Begin::Replay(job) => {
+                let resp = self.job_response(200, &job);
+                set(resp.headers(), "idempotent-replayed", "true");
+                return Ok(resp);
+            }
+            Begin::New(claim) => claim,
+        };
         // Refuse what can never run now, rather than fail the job later.
         let hold = match self.upstreams.hold_tokens(&canonical, Endpoint::Jobs).await {
             Ok(h) => h,
             Err(e) => {
-                let (key_id, idem2) = (key.id.clone(), idem.clone());
-                let _ = self
-                    .db
-                    .tx(move |s| jobs::abandon(s, &key_id, idem2.as_deref()));
+                let (key_id, claim) = (key.id.clone(), claim.clone());
+                let _ = self.db.tx(move |s| jobs::abandon(s, &key_id, &claim));
                 return Err(e);
             }
         };
@@ -529,16 +531,14 @@ impl Inner {
             canonical,
             t,
         );
-        let (key_id, idem2, max_queued) = (key.id.clone(), idem.clone(), self.max_queued_jobs);
+        let (key_id, claim2, max_queued) = (key.id.clone(), claim.clone(), self.max_queued_jobs);
         let created = self
             .db
-            .tx(move |s| jobs::create(s, job, idem2.as_deref(), max_queued));
+            .tx(move |s| jobs::create(s, job, &claim2, max_queued));
         let job = match created {
             Ok(job) => job,
             Err(e) => {
-                let _ = self
-                    .db
-                    .tx(move |s| jobs::abandon(s, &key_id, idem.as_deref()));
+                let _ = self.db.tx(move |s| jobs::abandon(s, &key_id, &claim));
                 return Ok(self.refusal(&key.id, &e));
             }
         };

@@ -48,10 +48,28 @@ pub fn invalid_idempotency_key() -> ApiError {
 /// What the first step of a submission found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Begin {
-    /// A new submission: validate it, then [`create`] the job.
-    New,
+    /// A new submission, with its claim: validate it, then [`create`] the job (or
+    /// [`abandon`] the claim).
+    New(Claim),
     /// The same key and body made this job already: answer it again.
     Replay(Job),
+}
+
+/// A submission's hold on its idempotency key (none without one), from [`begin`]
+/// to [`create`] or [`abandon`]. A claim older than [`ACCEPTING_TIMEOUT_MS`] may be
+/// taken over by another submission with the same key; then the first one's claim
+/// is no longer the record's, and it neither makes a job nor frees the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    idempotency_key: Option<String>,
+    at: Timestamp,
+}
+
+impl Claim {
+    /// Whether `rec` is still this claim's record.
+    fn holds(&self, rec: &IdempotencyRecord) -> bool {
+        rec.state == IdempotencyState::Accepting && rec.created_at == self.at
+    }
 }
 
 /// First step of `POST /v1/completion-jobs`: claims the idempotency key, if any.
@@ -67,8 +85,12 @@ pub fn begin<S: Store>(
     now: Timestamp,
     retention_ms: i64,
 ) -> Result<Begin, ApiError> {
+    let claim = Claim {
+        idempotency_key: idempotency_key.map(str::to_owned),
+        at: now,
+    };
     let Some(idem) = idempotency_key else {
-        return Ok(Begin::New);
+        return Ok(Begin::New(claim));
     };
     check_idempotency_key(idem)?;
     if let Some(rec) = store.idempotency(key_id, idem)?
@@ -91,12 +113,7 @@ pub fn begin<S: Store>(
             IdempotencyState::Accepting
                 if rec.created_at.plus_millis(ACCEPTING_TIMEOUT_MS) > now =>
             {
-                return Err(ApiError::param(
-                    ErrorCode::IdempotencyKeyInUse,
-                    "Idempotency-Key",
-                    "A request with this Idempotency-Key is still being accepted. Retry shortly.",
-                )
-                .with_retry_after(1));
+                return Err(key_in_use());
             }
             IdempotencyState::Accepting => {}
         }
@@ -108,19 +125,30 @@ pub fn begin<S: Store>(
         state: IdempotencyState::Accepting,
         created_at: now,
     })?;
-    Ok(Begin::New)
+    Ok(Begin::New(claim))
 }
 
-/// Gives up a claimed idempotency key, when validation refused the body.
-pub fn abandon<S: Store>(
-    store: &mut S,
-    key_id: &str,
-    idempotency_key: Option<&str>,
-) -> Result<(), ApiError> {
-    if let Some(idem) = idempotency_key {
+/// Gives up a claimed idempotency key, when validation refused the body; a claim
+/// that another submission took over is left to it.
+pub fn abandon<S: Store>(store: &mut S, key_id: &str, claim: &Claim) -> Result<(), ApiError> {
+    if let Some(idem) = &claim.idempotency_key
+        && store
+            .idempotency(key_id, idem)?
+            .is_some_and(|rec| claim.holds(&rec))
+    {
         store.delete_idempotency(key_id, idem)?;
     }
     Ok(())
+}
+
+/// The 409 of a key that another submission is accepting (or has just accepted).
+fn key_in_use() -> ApiError {
+    ApiError::param(
+        ErrorCode::IdempotencyKeyInUse,
+        "Idempotency-Key",
+        "A request with this Idempotency-Key is still being accepted. Retry shortly.",
+    )
+    .with_retry_after(1)
 }
 
 /// The `retry-after` of `too_many_queued_jobs`: queued jobs start as running ones
@@ -132,11 +160,13 @@ pub const MAX_QUEUED_JOBS: u64 = 256;
 
 /// Second step of a submission: stores the queued job and completes the
 /// idempotency record; 429 `too_many_queued_jobs` when the key already has
-/// `max_queued` jobs queued (the caller then [`abandon`]s the idempotency claim).
+/// `max_queued` jobs queued (the caller then [`abandon`]s the claim), and 409
+/// `idempotency_key_in_use` when another submission took the claim over (its job,
+/// or its refusal, is the key's: a retry gets it).
 pub fn create<S: Store>(
     store: &mut S,
     job: Job,
-    idempotency_key: Option<&str>,
+    claim: &Claim,
     max_queued: u64,
 ) -> Result<Job, ApiError> {
     if store.job(job.id)?.is_some() {
@@ -151,14 +181,15 @@ pub fn create<S: Store>(
         )
         .with_retry_after(QUEUED_RETRY_SECS));
     }
-    store.put_job(&job)?;
-    if let Some(idem) = idempotency_key {
-        let mut rec = store.idempotency(&job.key_id, idem)?.ok_or_else(|| {
-            ApiError::internal(format!("idempotency key {idem:?} was not claimed"))
-        })?;
+    if let Some(idem) = &claim.idempotency_key {
+        let mut rec = match store.idempotency(&job.key_id, idem)? {
+            Some(rec) if claim.holds(&rec) => rec,
+            _ => return Err(key_in_use()),
+        };
         rec.state = IdempotencyState::Done(job.id);
         store.put_idempotency(&rec)?;
     }
+    store.put_job(&job)?;
     Ok(job)
 }
 
@@ -381,15 +412,35 @@ pub fn purge<S: Store>(
     Ok((results, keys))
 }
 
+/// Runs of a job that a stop of the server may cut short before the job fails
+/// instead of running again: a job that makes the process die (memory, a bug) would
+/// otherwise take down every restart.
+pub const MAX_JOB_RUNS: u32 = 3;
+
 /// What a process does before it serves: no request of an earlier process runs any
 /// more, so every Hold is released uncharged and every running job is queued to run
-/// again (it is charged once, when that run finishes). Returns the jobs requeued.
-pub fn recover<S: Store>(store: &mut S) -> Result<usize, ApiError> {
+/// again (it is charged once, when that run finishes), unless it has run
+/// [`MAX_JOB_RUNS`] times: then it fails, uncharged. Returns the jobs requeued.
+pub fn recover<S: Store>(
+    store: &mut S,
+    now: Timestamp,
+    retention_ms: i64,
+) -> Result<usize, ApiError> {
     ledger::release_all(store)?;
-    let running = store.jobs_with_status(JobStatus::Running)?;
-    for mut job in running.iter().cloned() {
-        job.requeue()?;
+    let mut requeued = 0;
+    for mut job in store.jobs_with_status(JobStatus::Running)? {
+        if job.runs >= MAX_JOB_RUNS {
+            let e = ApiError::internal(format!(
+                "This job was started {} times and the server stopped before each run ended; it is not run again.",
+                job.runs
+            ));
+            job.finish(JobStatus::Failed, now, retention_ms)?;
+            store.put_result(job.id, &JobResult::Error(e.body()))?;
+        } else {
+            job.requeue()?;
+            requeued += 1;
+        }
         store.put_job(&job)?;
     }
-    Ok(running.len())
+    Ok(requeued)
 }

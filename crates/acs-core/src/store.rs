@@ -351,7 +351,7 @@ mod tests {
         .unwrap();
         ledger::admit(&mut s, "key_a", "req_1", 40, now).unwrap();
         let job = Job::new(JobId::new_v7(now, [7; 10]), "key_a", "m", "{}".into(), now);
-        jobs::begin(
+        let jobs::Begin::New(claim) = jobs::begin(
             &mut s,
             "key_a",
             Some("idem-1"),
@@ -359,8 +359,10 @@ mod tests {
             now,
             Timestamp::DAY_MS,
         )
-        .unwrap();
-        let job = jobs::create(&mut s, job, Some("idem-1"), 1).unwrap();
+        .unwrap() else {
+            panic!("a new key")
+        };
+        let job = jobs::create(&mut s, job, &claim, 1).unwrap();
         let json = serde_json::to_string(&s.snapshot()).unwrap();
         let back = MemoryStore::from_snapshot(serde_json::from_str(&json).unwrap());
         assert_eq!(back.snapshot(), s.snapshot());

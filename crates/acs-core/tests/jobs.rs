@@ -1,6 +1,7 @@
 //! Jobs over the in-memory store: the tutorial's objects, idempotency, start, cancel,
 //! results, expiry and recovery.
 
+use acs_core::job::JobResult;
 use acs_core::jobs::{self, Begin, Start};
 use acs_core::response::{Completion, Usage};
 use acs_core::{
@@ -62,7 +63,7 @@ fn submit(
     let digest = acs_core::ids::body_digest(body);
     match jobs::begin(s, key, idem, &digest, now, DAY)? {
         Begin::Replay(j) => Ok((j, true)),
-        Begin::New => {
+        Begin::New(claim) => {
             let job = Job::new(
                 JobId::new_v7(now, [r; 10]),
                 key,
@@ -70,7 +71,7 @@ fn submit(
                 body.into(),
                 now,
             );
-            Ok((jobs::create(s, job, idem, jobs::MAX_QUEUED_JOBS)?, false))
+            Ok((jobs::create(s, job, &claim, jobs::MAX_QUEUED_JOBS)?, false))
         }
     }
 }
@@ -198,10 +199,10 @@ fn idempotency_key_being_accepted_is_409_until_it_times_out() {
     let mut s = store(1000, 4);
     let now = Timestamp(5_000);
     let d = acs_core::ids::body_digest("{}");
-    assert_eq!(
+    assert!(matches!(
         jobs::begin(&mut s, "k", Some("x"), &d, now, DAY).unwrap(),
-        Begin::New
-    );
+        Begin::New(_)
+    ));
     let e = jobs::begin(&mut s, "k", Some("x"), &d, now.plus_millis(10), DAY).unwrap_err();
     assert_eq!((e.code, e.status()), (ErrorCode::IdempotencyKeyInUse, 409));
     // A different body is still reuse, even while accepting.
@@ -213,17 +214,50 @@ fn idempotency_key_being_accepted_is_409_until_it_times_out() {
         ErrorCode::IdempotencyKeyReused
     );
     // Abandoned after a validation error: the key is free again.
-    jobs::abandon(&mut s, "k", Some("x")).unwrap();
-    assert_eq!(
-        jobs::begin(&mut s, "k", Some("x"), &other, now, DAY).unwrap(),
-        Begin::New
-    );
+    let Begin::New(first) = jobs::begin(&mut s, "k", Some("y"), &d, now, DAY).unwrap() else {
+        panic!("a new key")
+    };
+    jobs::abandon(&mut s, "k", &first).unwrap();
+    assert!(matches!(
+        jobs::begin(&mut s, "k", Some("y"), &other, now, DAY).unwrap(),
+        Begin::New(_)
+    ));
     // A first request that died mid-acceptance does not block the key forever.
     let later = now.plus_millis(jobs::ACCEPTING_TIMEOUT_MS + 1);
-    assert_eq!(
-        jobs::begin(&mut s, "k", Some("x"), &other, later, DAY).unwrap(),
-        Begin::New
-    );
+    assert!(matches!(
+        jobs::begin(&mut s, "k", Some("x"), &d, later, DAY).unwrap(),
+        Begin::New(_)
+    ));
+}
+
+/// A first submission that was slow past the claim's timeout, so that a second one
+/// with the same key took the claim over, makes no job of its own (409: the key is
+/// the second's) and does not free the second's claim when it gives up; one job
+/// comes of the key, whichever finishes first.
+#[test]
+fn a_claim_taken_over_makes_no_second_job() {
+    let mut s = store(1000, 4);
+    let d = acs_core::ids::body_digest("{}");
+    let t0 = Timestamp(5_000);
+    let job = |r: u8, t| Job::new(JobId::new_v7(t, [r; 10]), "k", "m", "{}".into(), t);
+    let Begin::New(slow) = jobs::begin(&mut s, "k", Some("x"), &d, t0, DAY).unwrap() else {
+        panic!("a new key")
+    };
+    let t1 = t0.plus_millis(jobs::ACCEPTING_TIMEOUT_MS + 1);
+    let Begin::New(second) = jobs::begin(&mut s, "k", Some("x"), &d, t1, DAY).unwrap() else {
+        panic!("the stale claim is taken over")
+    };
+    let e = jobs::create(&mut s, job(1, t1), &slow, 8).unwrap_err();
+    assert_eq!((e.code, e.status()), (ErrorCode::IdempotencyKeyInUse, 409));
+    jobs::abandon(&mut s, "k", &slow).unwrap();
+    let made = jobs::create(&mut s, job(2, t1), &second, 8).unwrap();
+    match jobs::begin(&mut s, "k", Some("x"), &d, t1, DAY).unwrap() {
+        Begin::Replay(j) => assert_eq!(j.id, made.id),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.jobs_of("k", None, 10).unwrap().len(), 1);
+    // Once the key made its job, a claim from before cannot make another.
+    assert!(jobs::create(&mut s, job(3, t1), &slow, 8).is_err());
 }
 
 #[test]
@@ -433,7 +467,7 @@ fn recovery_releases_holds_and_requeues_running_jobs() {
     let (j, _) = submit(&mut s, "k", None, "{}", Timestamp(0), 1).unwrap();
     jobs::start(&mut s, j.id, 40, Timestamp(1), DAY).unwrap();
     ledger::admit(&mut s, "k", "a-completion", 10, Timestamp(1)).unwrap();
-    assert_eq!(jobs::recover(&mut s).unwrap(), 1);
+    assert_eq!(jobs::recover(&mut s, Timestamp(1), DAY).unwrap(), 1);
     let v = ledger::view(&s, "k").unwrap();
     assert_eq!((v.tokens_left, v.tokens_held, v.running), (100, 0, 0));
     let j = s.job(j.id).unwrap().unwrap();
@@ -450,4 +484,30 @@ fn recovery_releases_holds_and_requeues_running_jobs() {
     )
     .unwrap();
     assert_eq!(ledger::view(&s, "k").unwrap().tokens_left, 93);
+}
+
+/// A job whose runs a stop of the server cut short `MAX_JOB_RUNS` times fails at the
+/// next recovery instead of running again (a job that kills the process would kill
+/// every restart), with an internal error as its result, charged nothing.
+#[test]
+fn a_job_cut_short_too_often_fails_instead_of_running_again() {
+    let mut s = store(100, 4);
+    let (j, _) = submit(&mut s, "k", None, "{}", Timestamp(0), 1).unwrap();
+    for run in 1..=jobs::MAX_JOB_RUNS {
+        jobs::start(&mut s, j.id, 40, Timestamp(run as i64), DAY).unwrap();
+        let requeued = jobs::recover(&mut s, Timestamp(run as i64), DAY).unwrap();
+        let j = s.job(j.id).unwrap().unwrap();
+        if run < jobs::MAX_JOB_RUNS {
+            assert_eq!((requeued, j.status), (1, JobStatus::Queued), "run {run}");
+        } else {
+            assert_eq!((requeued, j.status), (0, JobStatus::Failed), "run {run}");
+            assert!(!j.usage_pending && j.expires_at.is_some());
+        }
+    }
+    match s.result(j.id).unwrap() {
+        Some(JobResult::Error(e)) => assert_eq!(e.error.code.as_deref(), Some("internal_error")),
+        other => panic!("{other:?}"),
+    }
+    let v = ledger::view(&s, "k").unwrap();
+    assert_eq!((v.tokens_left, v.tokens_held, v.running), (100, 0, 0));
 }

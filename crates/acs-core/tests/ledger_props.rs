@@ -114,7 +114,10 @@ proptest! {
                     let mut random = [0u8; 10];
                     random[2..].copy_from_slice(&next.to_be_bytes());
                     let job = Job::new(JobId::new_v7(now, random), &key(k), "m", "{}".into(), now);
-                    jobs::create(&mut s, job, None, u64::MAX).unwrap();
+                    let Ok(jobs::Begin::New(claim)) = jobs::begin(&mut s, &key(k), None, "d", now, RETENTION) else {
+                        unreachable!("a submission without a key is always new")
+                    };
+                    jobs::create(&mut s, job, &claim, u64::MAX).unwrap();
                 }
                 Op::StartJob { pick, tokens } => {
                     let queued = s.jobs_with_status(JobStatus::Queued).unwrap();
@@ -158,7 +161,7 @@ proptest! {
                     jobs::purge(&mut s, now, RETENTION).unwrap();
                 }
                 Op::Restart => {
-                    jobs::recover(&mut s).unwrap();
+                    jobs::recover(&mut s, now, RETENTION).unwrap();
                     running.clear();
                 }
                 _ => {}

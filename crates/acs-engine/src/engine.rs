@@ -2,7 +2,7 @@
 //! arrive over a channel, the thread steps the batch while there is work and sleeps
 //! on the channel when there is none.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +29,24 @@ pub struct Engine {
     /// The backend's [`Backend::forks_share_prompt`], for the admission check.
     shared_prompts: bool,
     stats: Arc<Mutex<Stats>>,
+    /// Cleared when the engine thread ends (a panic in a step): the requests it held
+    /// ended with it, and no other will run.
+    running: Arc<AtomicBool>,
+}
+
+/// Clears the engine's `running` flag when the thread ends, however it ends: its
+/// drop runs as a panic unwinds the thread too.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+        if std::thread::panicking() {
+            eprintln!(
+                "acs: the engine thread stopped (a panic in a step); no request runs any more"
+            );
+        }
+    }
 }
 
 impl Engine {
@@ -50,10 +68,15 @@ impl Engine {
         let shared_prompts = backend.forks_share_prompt();
         let scheduler = Scheduler::with_backend(Arc::clone(&model), backend, config);
         let shared = Arc::clone(&stats);
+        let running = Arc::new(AtomicBool::new(true));
+        let guard = Running(Arc::clone(&running));
         // The thread ends by itself once every handle (every sender) is gone.
         std::thread::Builder::new()
             .name("acs-engine".into())
-            .spawn(move || run(scheduler, rx, shared))
+            .spawn(move || {
+                let _running = guard;
+                run(scheduler, rx, shared)
+            })
             .expect("the OS can start a thread");
         Engine {
             tx,
@@ -62,7 +85,14 @@ impl Engine {
             backend: described,
             shared_prompts,
             stats,
+            running,
         }
+    }
+
+    /// Whether the engine thread still runs (false after a panic in a step: the
+    /// server is then unhealthy and should be restarted).
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Where the batches step (`cpu`, or the WebGPU adapter).

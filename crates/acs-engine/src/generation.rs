@@ -14,6 +14,12 @@ use crate::control::ControlVectors;
 /// Largest activation read-out a request may ask for, in f32 values (64 MiB).
 pub const MAX_ACTIVATION_VALUES: usize = 16 << 20;
 
+/// Most log-probability values a request that echoes its prompt with `logprobs`
+/// returns: every choice repeats its prompt's scores (the token's and the `logprobs`
+/// alternatives' at each position), so `n` multiplies them; past this the answer
+/// runs to hundreds of megabytes of JSON.
+pub const MAX_ECHO_LOGPROB_VALUES: usize = 1 << 20;
+
 /// One request's work, ready for the scheduler.
 #[derive(Debug, Clone)]
 pub struct Generation {
@@ -89,16 +95,20 @@ impl Generation {
     /// (`shared_prompts`, see [`crate::Backend::forks_share_prompt`]), or each choice
     /// its own copy of the prompt as well.
     pub fn kv_tokens(&self, shared_prompts: bool) -> usize {
+        // Saturating: a usize is 32 bits on wasm32, and a sum that wrapped would pass
+        // the KV check it is made for.
+        let generated = self.n.saturating_mul(self.max_tokens);
         self.prompts
             .iter()
             .map(|p| {
                 if shared_prompts {
-                    p.len() + self.n * self.max_tokens
+                    p.len().saturating_add(generated)
                 } else {
-                    self.n * (p.len() + self.max_tokens)
+                    self.n
+                        .saturating_mul(p.len().saturating_add(self.max_tokens))
                 }
             })
-            .sum()
+            .fold(0, usize::saturating_add)
     }
 }
 
@@ -219,14 +229,32 @@ pub fn prepare(
             ));
         }
     }
+    // Saturating arithmetic: on wasm32 a usize is 32 bits, and these products of
+    // request fields must not wrap past the limits they are checked against.
+    let prompt_tokens = lens.iter().fold(0usize, |a, &l| a.saturating_add(l));
+    if let (true, Some(top)) = (req.echo, req.logprobs) {
+        let values = prompt_tokens
+            .saturating_mul(req.n as usize)
+            .saturating_mul(1 + usize::from(top));
+        if values > MAX_ECHO_LOGPROB_VALUES {
+            return Err(ApiError::invalid_value(
+                "logprobs",
+                format!(
+                    "Echoing the prompts with logprobs would return {values} log-probabilities (prompt tokens × n × (1 + logprobs)); the limit is {MAX_ECHO_LOGPROB_VALUES}. Ask for fewer choices, fewer alternatives, or shorter prompts."
+                ),
+            ));
+        }
+    }
     let capture = match &req.activations {
         None => None,
         Some(a) => {
             let positions: usize = match a.positions {
                 Positions::Last => lens.len(),
-                Positions::All => lens.iter().sum(),
+                Positions::All => prompt_tokens,
             };
-            let values = positions * a.layers.len() * model.config.d_model;
+            let values = positions
+                .saturating_mul(a.layers.len())
+                .saturating_mul(model.config.d_model);
             if values > MAX_ACTIVATION_VALUES {
                 return Err(ApiError::invalid_value(
                     "activations",

@@ -773,3 +773,36 @@ fn prompts_that_begin_alike_prefill_their_common_beginning_once() {
         assert_eq!(got.usage.prompt_tokens_details.cached_tokens, 0, "{b}");
     }
 }
+
+/// A read-out of the last position, of a prompt prefilled in chunks, is the last row
+/// of the read-out of every position (the rows of the chunks before are not kept).
+#[test]
+fn a_last_position_read_out_over_chunks_is_the_last_row() {
+    let m = model();
+    let prompt: Vec<u32> = (1..=30).collect();
+    let read = |positions: &str| {
+        let body = json!({"model":"m","prompt":prompt,"max_tokens":1,"temperature":0,
+            "activations":{"layers":[0, 1],"positions":positions}});
+        let mut s = chunked_scheduler(&m, 8);
+        let log = submit(&mut s, body);
+        run_to_end(&mut s);
+        done(&log).activations
+    };
+    let (last, all) = (read("last"), read("all"));
+    let d = m.config.d_model;
+    let decode = |a: &acs_core::response::Activation| -> Vec<u8> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&a.data)
+            .unwrap()
+    };
+    assert_eq!((last.len(), all.len()), (2, 2));
+    for (l, a) in last.iter().zip(&all) {
+        assert_eq!(
+            (l.layer, l.shape, a.shape),
+            (a.layer, [1, d as u32], [30, d as u32])
+        );
+        let (l, a) = (decode(l), decode(a));
+        assert_eq!(l, a[a.len() - 4 * d..]);
+    }
+}

@@ -163,11 +163,15 @@ pub async fn admit_and_run(
     tokio::spawn(async move {
         let ticket = ticket;
         let mut gone = false;
+        let mut ended = false;
         loop {
             let e = tokio::select! {
                 e = erx.recv() => match e {
                     Some(e) => e,
-                    None => break,
+                    None if ended => break,
+                    // The engine dropped the request without its end (its thread
+                    // stopped): it ends failed, and its Hold is released.
+                    None => Event::Failed(ApiError::internal("the engine stopped during the request")),
                 },
                 // The reader went away (the client left and its handler was
                 // dropped): stop at the next step, even in a long prefill that
@@ -181,6 +185,7 @@ pub async fn admit_and_run(
             let out = match e {
                 Event::Delta(d) => Out::Delta(d),
                 Event::Done(f) => {
+                    ended = true;
                     let used = f.usage.total_tokens;
                     if settles && let Err(err) = settle(&db, &hold_id, used) {
                         tracing::error!(%hold_id, %err, "settling a hold failed");
@@ -189,6 +194,7 @@ pub async fn admit_and_run(
                     Out::Done(f)
                 }
                 Event::Failed(err) => {
+                    ended = true;
                     if settles {
                         let _ = settle(&db, &hold_id, 0);
                     }

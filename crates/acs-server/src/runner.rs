@@ -151,7 +151,9 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
     });
 }
 
-/// Startup: release every Hold of the previous process and requeue its running jobs.
+/// Startup: release every Hold of the previous process and requeue its running jobs
+/// (failing those cut short too often: `jobs::MAX_JOB_RUNS`).
 pub fn recover(state: &Service) -> Result<usize, ApiError> {
-    state.db.tx(|s| jobs::recover(s))
+    let (now, retention) = (state.now(), state.config.retention_ms);
+    state.db.tx(|s| jobs::recover(s, now, retention))
 }

@@ -91,7 +91,7 @@ impl Runtime {
         restored: Option<MemoryStore>,
     ) -> Result<Rc<Runtime>, ApiError> {
         let mut store = restored.unwrap_or_default();
-        jobs::recover(&mut store)?;
+        jobs::recover(&mut store, now(), settings.retention_ms)?;
         let budget = settings.budget.unwrap_or(Budget {
             tokens_left: MAX_SAFE_INTEGER,
             max_running: 1024,
@@ -300,20 +300,21 @@ impl Runtime {
         let digest = body_digest(&canonical);
         let retention = self.settings.retention_ms;
         let begun = self.tx(|s| jobs::begin(s, KEY, idempotency_key, &digest, now(), retention))?;
-        if let Begin::Replay(job) = begun {
-            return Ok((job.view(now()), true));
-        }
+        let claim = match begun {
+            Begin::Replay(job) => return Ok((job.view(now()), true)),
+            Begin::New(claim) => claim,
+        };
         if let Err(e) = self.prepare(&req) {
-            self.tx(|s| jobs::abandon(s, KEY, idempotency_key))?;
+            self.tx(|s| jobs::abandon(s, KEY, &claim))?;
             return Err(e);
         }
         let t = now();
         let job = Job::new(JobId::new_v7(t, random()), KEY, &req.model, canonical, t);
-        let created = self.tx(|s| jobs::create(s, job, idempotency_key, jobs::MAX_QUEUED_JOBS));
+        let created = self.tx(|s| jobs::create(s, job, &claim, jobs::MAX_QUEUED_JOBS));
         let job = match created {
             Ok(job) => job,
             Err(e) => {
-                self.tx(|s| jobs::abandon(s, KEY, idempotency_key))?;
+                self.tx(|s| jobs::abandon(s, KEY, &claim))?;
                 return Err(e);
             }
         };

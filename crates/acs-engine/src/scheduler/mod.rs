@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use acs_core::request::Positions;
 use acs_core::response::Activation;
 use acs_core::{ApiError, Choice, Usage};
 use acs_llama::model::{Model, SeqOutput};
@@ -328,8 +329,18 @@ impl<B: Backend> Scheduler<B> {
         let pr = &mut a.prompts[prompt];
         let start = pr.done;
         pr.done += tokens;
+        // A read-out of the last position keeps each chunk's last row only, so that
+        // it holds one row per layer however long the prompt.
+        let last_only = matches!(g.capture, Some((_, Positions::Last)));
+        let d = model.config.d_model;
         for (layer, rows) in out.captured {
-            pr.captured.entry(layer).or_default().extend(rows);
+            let kept = pr.captured.entry(layer).or_default();
+            if last_only && !rows.is_empty() {
+                kept.clear();
+                kept.extend_from_slice(&rows[rows.len().saturating_sub(d)..]);
+            } else {
+                kept.extend(rows);
+            }
         }
         let whole = pr.done == ids.len();
         let last_logits = match g.sampling.logprobs {

@@ -74,7 +74,7 @@ pub async fn submit(
     let digest = body_digest(&canonical);
     let now = service.now();
     let retention = service.config.retention_ms;
-    match service
+    let claim = match service
         .db
         .tx(|s| jobs::begin(s, &key.id, idem.as_deref(), &digest, now, retention))?
     {
@@ -83,13 +83,11 @@ pub async fn submit(
             set_header(resp.headers_mut(), "idempotent-replayed", "true");
             return Ok(resp);
         }
-        Begin::New => {}
-    }
+        Begin::New(claim) => claim,
+    };
     // Refuse what can never run now, rather than fail the job later.
     if let Err(e) = run::prepare(service, req.clone()).await {
-        let _ = service
-            .db
-            .tx(|s| jobs::abandon(s, &key.id, idem.as_deref()));
+        let _ = service.db.tx(|s| jobs::abandon(s, &key.id, &claim));
         return Err(Failure(e));
     }
     let now = service.now();
@@ -101,15 +99,10 @@ pub async fn submit(
         now,
     );
     let max_queued = service.config.max_queued_jobs;
-    let job = match service
-        .db
-        .tx(|s| jobs::create(s, job, idem.as_deref(), max_queued))
-    {
+    let job = match service.db.tx(|s| jobs::create(s, job, &claim, max_queued)) {
         Ok(job) => job,
         Err(e) => {
-            let _ = service
-                .db
-                .tx(|s| jobs::abandon(s, &key.id, idem.as_deref()));
+            let _ = service.db.tx(|s| jobs::abandon(s, &key.id, &claim));
             return Ok(with_budget(
                 &service.db,
                 &key.id,

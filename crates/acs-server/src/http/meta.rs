@@ -1,12 +1,23 @@
 //! The server's own routes: its health, and the OpenAPI document of the contract as
 //! this server implements it.
 
+use acs_core::ApiError;
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-/// `GET /health`.
-pub async fn health() -> &'static str {
-    "ok"
+use super::error::Failure;
+use super::state::AppState;
+
+/// `GET /health`: `ok` while the engine runs, 500 once its thread has stopped.
+pub async fn health(State(state): State<AppState>) -> Result<&'static str, Failure> {
+    if state.service.engine.is_running() {
+        Ok("ok")
+    } else {
+        Err(Failure(ApiError::internal(
+            "the engine thread has stopped; restart the server",
+        )))
+    }
 }
 
 /// `GET /openapi.json`.

@@ -806,3 +806,42 @@ fn a_last_position_read_out_over_chunks_is_the_last_row() {
         assert_eq!(l, a[a.len() - 4 * d..]);
     }
 }
+
+/// A waiting request that does not fit yet lets smaller ones behind it start (and
+/// end) meanwhile, and itself starts once room frees; each gets what it gets alone.
+#[test]
+fn a_request_waiting_for_room_does_not_block_smaller_ones() {
+    let m = model();
+    let mut s = Scheduler::new(
+        Arc::clone(&m),
+        SchedulerConfig {
+            kv_capacity_tokens: 40,
+            prefill_chunk: 256,
+            prompt_cache: 0,
+        },
+    );
+    let body = |first: u32, len: u32, max_tokens: u32| {
+        let prompt: Vec<u32> = (first..first + len).collect();
+        json!({"model":"m","prompt":prompt,"max_tokens":max_tokens,"temperature":0,
+               "logit_bias": {"0": -100, "1": -100, "2": -100}})
+    };
+    // 30 positions run; the next 30 cannot fit beside them; 6 can.
+    let (running, big, small) = (body(1, 10, 20), body(40, 10, 20), body(80, 3, 3));
+    let logs: Vec<Log> = [&running, &big, &small]
+        .iter()
+        .map(|b| submit(&mut s, (*b).clone()))
+        .collect();
+    let is_done = |log: &Log| matches!(log.lock().unwrap().last(), Some(Event::Done(_)));
+    let started = |log: &Log| !log.lock().unwrap().is_empty();
+    let mut steps = 0;
+    while !is_done(&logs[2]) {
+        s.step_blocking();
+        steps += 1;
+        assert!(steps < 20, "the small request never ended");
+    }
+    assert!(!started(&logs[1]), "the big request still waits for room");
+    run_to_end(&mut s);
+    for (log, b) in logs.iter().zip([&running, &big, &small]) {
+        assert_eq!(done(log).choices, alone(&m, b).choices, "{b}");
+    }
+}

@@ -66,18 +66,35 @@ impl SchedulerConfig {
     }
 }
 
+/// Requests that may start ahead of the first waiting one while it waits for room:
+/// smaller requests behind a big one run meanwhile, and the big one is not starved
+/// (after this many, the queue waits for it in order).
+pub const MAX_PASSES: usize = 32;
+
 impl<B: Backend> Scheduler<B> {
     /// Starts the waiting requests that fit, in order; kept prompts give up their
-    /// room first. A prompt found in the prompt cache branches its choices at once.
+    /// room first. One that does not fit yet lets those behind it that fit start
+    /// ahead of it, up to [`MAX_PASSES`] of them. A prompt found in the prompt cache
+    /// branches its choices at once.
     pub(super) fn admit(&mut self) -> Result<(), B::Error> {
-        while let Some(front) = self.waiting.front() {
-            let need = self.reservation(&front.generation);
-            while !self.has_room(need) && self.kept.evict_lru() {}
-            if !self.has_room(need) {
+        let mut at = 0;
+        while let Some(next) = self.waiting.get(at) {
+            if at > 0 && self.front_passed >= MAX_PASSES {
                 break;
             }
+            let need = self.reservation(&next.generation);
+            while !self.has_room(need) && self.kept.evict_lru() {}
+            if !self.has_room(need) {
+                at += 1;
+                continue;
+            }
+            if at == 0 {
+                self.front_passed = 0;
+            } else {
+                self.front_passed += 1;
+            }
             self.kv_reserved += need;
-            let a = self.waiting.pop_front().expect("front exists");
+            let a = self.waiting.remove(at).expect("a waiting request is there");
             self.running.push(a);
             let request = self.running.len() - 1;
             for prompt in 0..self.running[request].prompts.len() {

@@ -122,6 +122,9 @@ pub struct Scheduler<B: Backend = Model> {
     waiting: VecDeque<Active<B::Cache>>,
     running: Vec<Active<B::Cache>>,
     kv_reserved: usize,
+    /// Requests started ahead of the first waiting one since it became first (at most
+    /// `admission::MAX_PASSES`).
+    front_passed: usize,
     /// The prompt cache (see [`SchedulerConfig::prompt_cache`]).
     kept: PromptCache<B::Cache>,
     stats: Stats,
@@ -158,6 +161,7 @@ impl<B: Backend> Scheduler<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             kv_reserved: 0,
+            front_passed: 0,
             kept: PromptCache::new(config.prompt_cache),
             stats: Stats::default(),
             last_id: 0,

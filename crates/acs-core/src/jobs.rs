@@ -401,15 +401,22 @@ pub fn list<S: Store>(
     })
 }
 
-/// Deletes expired results and idempotency records; returns how many of each went.
+/// How long a job stays (as `result_expired: true`) after its result expired,
+/// before its record is deleted too.
+pub const EXPIRED_JOB_KEPT_MS: i64 = Timestamp::DAY_MS;
+
+/// Deletes expired results, idempotency records, and jobs whose results expired
+/// [`EXPIRED_JOB_KEPT_MS`] ago; returns how many results, idempotency records and
+/// jobs went.
 pub fn purge<S: Store>(
     store: &mut S,
     now: Timestamp,
     retention_ms: i64,
-) -> Result<(usize, usize), ApiError> {
+) -> Result<(usize, usize, usize), ApiError> {
     let results = store.purge_results(now)?;
     let keys = store.purge_idempotency(now.plus_millis(-retention_ms))?;
-    Ok((results, keys))
+    let jobs = store.purge_jobs(now.plus_millis(-EXPIRED_JOB_KEPT_MS))?;
+    Ok((results, keys, jobs))
 }
 
 /// Runs of a job that a stop of the server may cut short before the job fails

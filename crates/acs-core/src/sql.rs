@@ -365,6 +365,28 @@ impl<C: SqlConn> Store for SqlStore<C> {
             )?
             .len())
     }
+    fn purge_jobs(&mut self, before: Timestamp) -> StoreResult<usize> {
+        self.conn.execute(
+            "DELETE FROM results WHERE job_id IN
+               (SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at < ?)",
+            &[before.0.into()],
+        )?;
+        Ok(self
+            .conn
+            .query(
+                "DELETE FROM jobs WHERE expires_at IS NOT NULL AND expires_at < ? RETURNING id",
+                &[before.0.into()],
+            )?
+            .len())
+    }
+    fn oldest_queued_per_key(&self) -> StoreResult<Vec<Job>> {
+        self.jobs_where(
+            "SELECT data FROM jobs WHERE id IN
+               (SELECT MIN(id) FROM jobs WHERE status = ? GROUP BY key_id)
+             ORDER BY id",
+            &[JobStatus::Queued.as_str().into()],
+        )
+    }
     fn idempotency(&self, key_id: &str, idem: &str) -> StoreResult<Option<IdempotencyRecord>> {
         let mut rows = self.rows(
             "SELECT body_digest, job_id, created_at FROM idempotency

@@ -140,6 +140,11 @@ pub trait Store {
     /// Deletes the results of finished jobs whose `expires_at` is at or before `now`;
     /// returns how many went.
     fn purge_results(&mut self, now: Timestamp) -> StoreResult<usize>;
+    /// Deletes the jobs whose results expired before `before` (with any result
+    /// left); returns how many.
+    fn purge_jobs(&mut self, before: Timestamp) -> StoreResult<usize>;
+    /// Each key's oldest queued job, oldest first.
+    fn oldest_queued_per_key(&self) -> StoreResult<Vec<Job>>;
 
     /// An idempotency record.
     fn idempotency(&self, key_id: &str, idem: &str) -> StoreResult<Option<IdempotencyRecord>>;
@@ -296,6 +301,29 @@ impl Store for MemoryStore {
     }
     fn result(&self, id: JobId) -> StoreResult<Option<JobResult>> {
         Ok(self.results.get(&id).cloned())
+    }
+    fn purge_jobs(&mut self, before: Timestamp) -> StoreResult<usize> {
+        let gone: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.expires_at.is_some_and(|e| e < before))
+            .map(|j| j.id)
+            .collect();
+        for id in &gone {
+            self.jobs.remove(id);
+            self.results.remove(id);
+        }
+        Ok(gone.len())
+    }
+    fn oldest_queued_per_key(&self) -> StoreResult<Vec<Job>> {
+        let mut seen = std::collections::HashSet::new();
+        // The map is ordered by id, and a UUIDv7 id by creation time.
+        Ok(self
+            .jobs
+            .values()
+            .filter(|j| j.status == JobStatus::Queued && seen.insert(j.key_id.clone()))
+            .cloned()
+            .collect())
     }
     fn purge_results(&mut self, now: Timestamp) -> StoreResult<usize> {
         let before = self.results.len();

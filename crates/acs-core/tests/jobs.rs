@@ -420,6 +420,43 @@ fn results_expire_after_retention() {
             .code,
         ErrorCode::ResultExpired
     );
+    // A day after its result expired, the job itself goes: 404, and off the list.
+    let later = Timestamp(1002).plus_millis(jobs::EXPIRED_JOB_KEPT_MS);
+    assert_eq!(jobs::purge(&mut s, later, 1000).unwrap().2, 0, "not yet");
+    assert!(s.job(j.id).unwrap().is_some());
+    assert_eq!(
+        jobs::purge(&mut s, later.plus_millis(1), 1000).unwrap().2,
+        1
+    );
+    let e = jobs::owned(&s, "k", j.id).unwrap_err();
+    assert_eq!(e.status(), 404);
+    assert!(s.jobs_of("k", None, 10).unwrap().is_empty());
+}
+
+/// A dispatch pass looks at each key's oldest queued job only.
+#[test]
+fn the_oldest_queued_job_of_each_key() {
+    let mut s = store(1000, 4);
+    let mut made = Vec::new();
+    for (i, key) in ["k", "other", "k", "other", "k"].iter().enumerate() {
+        let (j, _) = submit(&mut s, key, None, "{}", Timestamp(i as i64 * 10), i as u8).unwrap();
+        made.push(j.id);
+    }
+    let oldest: Vec<JobId> = s
+        .oldest_queued_per_key()
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(oldest, vec![made[0], made[1]]);
+    jobs::start(&mut s, made[0], 1, Timestamp(100), DAY).unwrap();
+    let oldest: Vec<JobId> = s
+        .oldest_queued_per_key()
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(oldest, vec![made[1], made[2]]);
 }
 
 #[test]

@@ -158,3 +158,52 @@ impl SqlConn for TxConn<'_> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use acs_core::{Job, JobId, JobStatus, Store, Timestamp};
+
+    use super::*;
+
+    /// The SQL of the queries the dispatcher and the purge run, on SQLite itself.
+    #[test]
+    fn oldest_queued_per_key_and_expired_jobs_in_sqlite() {
+        let dir = std::env::temp_dir().join(format!("acs-db-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = Db::open(&dir).unwrap();
+        let job = |r: u8, key: &str, t: i64| {
+            Job::new(
+                JobId::new_v7(Timestamp(t), [r; 10]),
+                key,
+                "m",
+                "{}".into(),
+                Timestamp(t),
+            )
+        };
+        let made = [
+            job(1, "a", 10),
+            job(2, "b", 20),
+            job(3, "a", 30),
+            job(4, "b", 40),
+        ];
+        let (oldest, gone, left) = db
+            .tx(|s| {
+                for j in &made {
+                    s.put_job(j)?;
+                }
+                let mut ended = made[0].clone();
+                ended.status = JobStatus::Failed;
+                ended.expires_at = Some(Timestamp(100));
+                s.put_job(&ended)?;
+                let oldest: Vec<JobId> = s.oldest_queued_per_key()?.iter().map(|j| j.id).collect();
+                let gone = (s.purge_jobs(Timestamp(100))?, s.purge_jobs(Timestamp(101))?);
+                let left = s.jobs_of("a", None, 10)?.len();
+                Ok((oldest, gone, left))
+            })
+            .unwrap();
+        assert_eq!(oldest, vec![made[1].id, made[2].id]);
+        assert_eq!(gone, (0, 1));
+        assert_eq!(left, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

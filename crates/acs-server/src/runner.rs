@@ -1,13 +1,14 @@
-//! The job dispatcher: starts queued jobs when their Hold and the traffic limits fit,
-//! runs them on the engine, and finishes them (result + charge in one transaction).
-//! Also purges expired results.
+//! The job dispatcher: starts queued jobs, each key's in order, when their Hold and
+//! the traffic limits fit, runs them on the engine, and finishes them (result +
+//! charge in one transaction). Also purges expired results and, a day later, their
+//! jobs.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use acs_core::jobs::{self, Start};
 use acs_core::request::Endpoint;
-use acs_core::{ApiError, CompletionRequest, Job, JobId, JobStatus, Outcome, Store};
+use acs_core::{ApiError, CompletionRequest, Job, JobId, Outcome, Store};
 use acs_engine::{Event, Generation};
 
 use crate::run;
@@ -19,8 +20,8 @@ const POLL: Duration = Duration::from_millis(250);
 /// Runs forever: dispatches queued jobs, purges expired results.
 pub async fn dispatch(state: Service) {
     let mut last_purge = std::time::Instant::now();
-    // Jobs waiting for their Hold keep their prepared work, so that each poll does
-    // not tokenize them again.
+    // The job waiting for its Hold at the head of each key's queue keeps its
+    // prepared work, so that each poll does not tokenize it again.
     let mut prepared = HashMap::new();
     loop {
         if let Err(e) = dispatch_once(&state, &mut prepared).await {
@@ -30,8 +31,13 @@ pub async fn dispatch(state: Service) {
             let now = state.now();
             let retention = state.config.retention_ms;
             match state.db.tx(|s| jobs::purge(s, now, retention)) {
-                Ok((r, k)) if r + k > 0 => {
-                    tracing::info!(results = r, idempotency_keys = k, "purged expired records")
+                Ok((r, k, j)) if r + k + j > 0 => {
+                    tracing::info!(
+                        results = r,
+                        idempotency_keys = k,
+                        jobs = j,
+                        "purged expired records"
+                    )
                 }
                 Ok(_) => {}
                 Err(e) => tracing::error!(error = %e, "purge failed"),
@@ -42,51 +48,71 @@ pub async fn dispatch(state: Service) {
     }
 }
 
+/// Starts what can start: each key's oldest queued job, again while any starts (or
+/// fails), so that a pass costs one job per key with queued work, plus the jobs it
+/// starts, not the whole queue.
 async fn dispatch_once(
     state: &Service,
     prepared: &mut HashMap<JobId, Generation>,
 ) -> Result<(), ApiError> {
-    let queued = state
-        .db
-        .tx(|s| Ok(s.jobs_with_status(JobStatus::Queued)?))?;
-    // Forget the work of jobs that left the queue some other way (cancelled).
-    prepared.retain(|id, _| queued.iter().any(|j| j.id == *id));
-    for job in queued {
-        let generation = match prepared.remove(&job.id) {
-            Some(g) => Ok(g),
-            None => match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
-                Ok(r) => run::prepare(state, r).await,
-                Err(e) => Err(e),
-            },
-        };
-        let now = state.now();
-        let retention = state.config.retention_ms;
-        let generation = match generation {
-            Ok(mut g) => {
-                g.scope = state.scope(&job.key_id);
-                g
-            }
-            Err(e) => {
-                // The request became impossible (e.g. another model is served now).
-                state
-                    .db
-                    .tx(|s| jobs::fail_queued(s, job.clone(), e, now, retention))?;
-                continue;
-            }
-        };
-        let hold = run::hold(&generation);
-        match state
-            .db
-            .tx(|s| jobs::start(s, job.id, hold, now, retention))?
-        {
-            Start::Started(job) => spawn_run(state.clone(), job, generation),
-            Start::Waiting(_) => {
-                prepared.insert(job.id, generation);
-            }
-            Start::Failed(_) => {}
+    loop {
+        let queued = state.db.tx(|s| Ok(s.oldest_queued_per_key()?))?;
+        // Forget the work of jobs no longer at the head (cancelled).
+        prepared.retain(|id, _| queued.iter().any(|j| j.id == *id));
+        let mut moved = false;
+        for job in queued {
+            moved |= try_start(state, prepared, job).await?;
+        }
+        if !moved {
+            return Ok(());
         }
     }
-    Ok(())
+}
+
+/// Prepares a queued job (or takes its prepared work) and starts it if its Hold
+/// fits; says whether it left the queue (started, or failed).
+async fn try_start(
+    state: &Service,
+    prepared: &mut HashMap<JobId, Generation>,
+    job: Job,
+) -> Result<bool, ApiError> {
+    let generation = match prepared.remove(&job.id) {
+        Some(g) => Ok(g),
+        None => match CompletionRequest::parse(job.body.as_bytes(), Endpoint::Jobs) {
+            Ok(r) => run::prepare(state, r).await,
+            Err(e) => Err(e),
+        },
+    };
+    let now = state.now();
+    let retention = state.config.retention_ms;
+    let generation = match generation {
+        Ok(mut g) => {
+            g.scope = state.scope(&job.key_id);
+            g
+        }
+        Err(e) => {
+            // The request became impossible (e.g. another model is served now).
+            state
+                .db
+                .tx(|s| jobs::fail_queued(s, job.clone(), e, now, retention))?;
+            return Ok(true);
+        }
+    };
+    let hold = run::hold(&generation);
+    match state
+        .db
+        .tx(|s| jobs::start(s, job.id, hold, now, retention))?
+    {
+        Start::Started(job) => {
+            spawn_run(state.clone(), job, generation);
+            Ok(true)
+        }
+        Start::Waiting(_) => {
+            prepared.insert(job.id, generation);
+            Ok(false)
+        }
+        Start::Failed(_) => Ok(true),
+    }
 }
 
 fn spawn_run(state: Service, job: Job, generation: Generation) {

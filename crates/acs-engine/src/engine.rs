@@ -2,9 +2,10 @@
 //! arrive over a channel, the thread steps the batch while there is work and sleeps
 //! on the channel when there is none.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use acs_core::ApiError;
 use acs_llama::model::Model;
@@ -32,6 +33,8 @@ pub struct Engine {
     /// Cleared when the engine thread ends (a panic in a step): the requests it held
     /// ended with it, and no other will run.
     running: Arc<AtomicBool>,
+    /// Time spent in steps, in nanoseconds.
+    step_nanos: Arc<AtomicU64>,
 }
 
 /// Clears the engine's `running` flag when the thread ends, however it ends: its
@@ -70,12 +73,14 @@ impl Engine {
         let shared = Arc::clone(&stats);
         let running = Arc::new(AtomicBool::new(true));
         let guard = Running(Arc::clone(&running));
+        let step_nanos = Arc::new(AtomicU64::new(0));
+        let nanos = Arc::clone(&step_nanos);
         // The thread ends by itself once every handle (every sender) is gone.
         std::thread::Builder::new()
             .name("acs-engine".into())
             .spawn(move || {
                 let _running = guard;
-                run(scheduler, rx, shared)
+                run(scheduler, rx, shared, nanos)
             })
             .expect("the OS can start a thread");
         Engine {
@@ -86,7 +91,18 @@ impl Engine {
             shared_prompts,
             stats,
             running,
+            step_nanos,
         }
+    }
+
+    /// Time the engine thread has spent in steps, in seconds.
+    pub fn step_seconds(&self) -> f64 {
+        self.step_nanos.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    /// The scheduler's configuration (KV capacity, prefill chunk, prompt cache).
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
     }
 
     /// Whether the engine thread still runs (false after a panic in a step: the
@@ -140,7 +156,12 @@ impl Engine {
     }
 }
 
-fn run<B: Backend>(mut scheduler: Scheduler<B>, rx: Receiver<Command>, stats: Arc<Mutex<Stats>>) {
+fn run<B: Backend>(
+    mut scheduler: Scheduler<B>,
+    rx: Receiver<Command>,
+    stats: Arc<Mutex<Stats>>,
+    step_nanos: Arc<AtomicU64>,
+) {
     let take = |s: &mut Scheduler<B>, cmd: Command| match cmd {
         Command::Submit(g, sink, cancel) => s.enqueue(*g, sink, cancel),
     };
@@ -154,7 +175,10 @@ fn run<B: Backend>(mut scheduler: Scheduler<B>, rx: Receiver<Command>, stats: Ar
         while let Ok(cmd) = rx.try_recv() {
             take(&mut scheduler, cmd);
         }
+        let t = Instant::now();
         scheduler.step_blocking();
+        let spent = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        step_nanos.fetch_add(spent, Ordering::Relaxed);
         *stats.lock().unwrap_or_else(|p| p.into_inner()) = scheduler.stats();
     }
 }

@@ -160,6 +160,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
             model_file: a.serve_model_file.then(|| path.clone()),
         }),
+        metrics: Arc::default(),
     };
     let requeued = runner::recover(&service)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -123,3 +123,68 @@ fn the_model_file_is_served_only_when_asked() {
         }
     }
 }
+
+/// `/metrics` counts requests by route pattern and status, and the engine's work.
+#[test]
+fn metrics_count_requests_and_the_engines_work() {
+    let data = temp_dir("metrics");
+    let key = make_key(&data, 1_000_000, 4);
+    let server = Server::start(&data, &default_model(), &[]);
+    let auth = format!("Bearer {key}");
+    let body = r#"{"model":"llama-8b","prompt":"The sky is","max_tokens":3,"temperature":0}"#;
+    for _ in 0..2 {
+        let (status, _, _) = curl(
+            &server.base,
+            "POST",
+            "/v1/completions",
+            Some(body),
+            &[("Authorization", &auth)],
+        );
+        assert_eq!(status, 200);
+    }
+    let missing = "/v1/completion-jobs/0190b7d2-0000-7000-8000-000000000000";
+    assert_eq!(
+        curl(
+            &server.base,
+            "GET",
+            missing,
+            None,
+            &[("Authorization", &auth)]
+        )
+        .0,
+        404
+    );
+    let (status, headers, text) = curl(&server.base, "GET", "/metrics", None, &[]);
+    assert_eq!(status, 200);
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v.starts_with("text/plain")),
+        "{headers:?}"
+    );
+    let value = |line_start: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {line_start} in:\n{text}"))
+    };
+    assert_eq!(
+        value(r#"acs_http_requests_total{method="POST",route="/v1/completions",status="200"}"#),
+        2.0
+    );
+    assert_eq!(
+        value(
+            r#"acs_http_requests_total{method="GET",route="/v1/completion-jobs/{id}",status="404"}"#
+        ),
+        1.0
+    );
+    assert!(value("acs_engine_decode_tokens_total ") >= 4.0);
+    assert_eq!(
+        value("acs_engine_prompt_cache_hits_total "),
+        1.0,
+        "the same prompt again"
+    );
+    assert!(value("acs_engine_step_seconds_total ") > 0.0);
+    assert!(value("acs_engine_kv_capacity_bytes ") > 0.0);
+    assert_eq!(value("acs_engine_up "), 1.0);
+    assert_eq!(value("acs_engine_running_requests "), 0.0);
+}

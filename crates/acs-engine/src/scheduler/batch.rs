@@ -123,6 +123,7 @@ impl<B: Backend> Scheduler<B> {
         }
         self.stats.steps += 1;
         self.stats.max_batch = self.stats.max_batch.max(batch.len() as u64);
+        self.stats.batch = batch.len() as u64;
         for s in &slots {
             match s {
                 Slot::Prompt { tokens, .. } => self.stats.prefill_tokens += *tokens as u64,

@@ -78,6 +78,14 @@ pub struct Stats {
     /// Most KV cache memory the running requests held at once after a step, in bytes
     /// (the caches' capacity: what they take, not only what they fill).
     pub kv_bytes_peak: u64,
+    /// KV cache memory held after the last step, kept prompts included, in bytes.
+    pub kv_bytes: u64,
+    /// Sequences in the last step.
+    pub batch: u64,
+    /// Requests running after the last step.
+    pub running: u64,
+    /// Requests waiting for KV room after the last step.
+    pub waiting: u64,
 }
 
 struct PromptRun<C> {
@@ -286,6 +294,8 @@ impl<B: Backend> Scheduler<B> {
         }
         self.note_kv_bytes();
         self.report();
+        self.stats.running = self.running.len() as u64;
+        self.stats.waiting = self.waiting.len() as u64;
     }
 
     /// Ends requests whose ticket was cancelled, reporting what they generated.
@@ -423,7 +433,8 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    /// Updates [`Stats::kv_bytes_peak`] with what the running requests' caches take.
+    /// Updates [`Stats::kv_bytes_peak`] and [`Stats::kv_bytes`] with what the running
+    /// requests' caches take.
     fn note_kv_bytes(&mut self) {
         let backend = &self.backend;
         let bytes: usize = self
@@ -440,6 +451,7 @@ impl<B: Backend> Scheduler<B> {
             .sum::<usize>()
             + self.kept.cache_bytes(&**backend);
         self.stats.kv_bytes_peak = self.stats.kv_bytes_peak.max(bytes as u64);
+        self.stats.kv_bytes = bytes as u64;
     }
 
     /// Sends each request the text its choices made this step; ends finished ones.

@@ -12,6 +12,7 @@ mod error;
 mod jobs;
 mod listen;
 mod meta;
+mod metrics;
 mod models;
 mod response;
 mod router;
@@ -19,5 +20,6 @@ mod sse;
 mod state;
 
 pub use listen::{Limits, serve};
+pub use metrics::Metrics;
 pub use router::router;
 pub use state::{AppState, Config};

@@ -2,6 +2,7 @@
 //! not have, CORS, request ids, and the playground's static files.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use acs_core::ids::request_id;
@@ -18,7 +19,7 @@ use tower_http::services::{ServeDir, ServeFile};
 use super::error::{Failure, log_internal};
 use super::response::set_header;
 use super::state::AppState;
-use super::{budget, completions, edge, jobs, meta, models};
+use super::{budget, completions, edge, jobs, meta, metrics, models};
 use crate::random::random;
 
 async fn unknown_route(method: Method, uri: Uri) -> Failure {
@@ -77,7 +78,12 @@ pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
         )
         .route("/edge/v1/run", post(edge::run).fallback(method_not_allowed))
         .route("/health", get(meta::health))
-        .route("/openapi.json", get(meta::openapi));
+        .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(meta::openapi))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state.metrics),
+            metrics::count,
+        ));
     let api = match &state.config.model_file {
         Some(file) => api.route_service("/model.gguf", ServeFile::new(file)),
         None => api,

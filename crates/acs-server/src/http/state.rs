@@ -26,4 +26,6 @@ pub struct AppState {
     pub service: Service,
     /// Configuration of the HTTP face.
     pub config: Arc<Config>,
+    /// Requests answered, for `/metrics`.
+    pub metrics: Arc<super::Metrics>,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use acs_core::jobs::{self, Start};
 use acs_core::request::Endpoint;
-use acs_core::{ApiError, CompletionRequest, Job, JobId, Outcome, Store};
+use acs_core::{ApiError, CompletionRequest, ErrorCode, Job, JobId, Outcome, Store};
 use acs_engine::{Event, Generation};
 
 use crate::run;
@@ -165,6 +165,7 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
                 end
             }
         };
+        let outcome = public(id, outcome);
         let now = state.now();
         let retention = state.config.retention_ms;
         if let Err(e) = state
@@ -177,9 +178,49 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
     });
 }
 
+/// The outcome a job's owner reads: an internal error's own text (a library's, a
+/// path) goes to the log under the job's id, and the result says only where it is.
+fn public(id: JobId, outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed(e) if e.code == ErrorCode::Internal => {
+            tracing::error!(job = %id, message = %e.message, "a job failed on the server's side");
+            Outcome::Failed(ApiError {
+                message: "The server failed on this job; its log has the cause under the job's id."
+                    .into(),
+                ..e
+            })
+        }
+        other => other,
+    }
+}
+
 /// Startup: release every Hold of the previous process and requeue its running jobs
 /// (failing those cut short too often: `jobs::MAX_JOB_RUNS`).
 pub fn recover(state: &Service) -> Result<usize, ApiError> {
     let (now, retention) = (state.now(), state.config.retention_ms);
     state.db.tx(|s| jobs::recover(s, now, retention))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_internal_error_keeps_its_text_in_the_log() {
+        let id = JobId::new_v7(acs_core::Timestamp(1), [1; 10]);
+        let secret = ApiError::internal("database: disk I/O error at /srv/acs-data");
+        let Outcome::Failed(e) = public(id, Outcome::Failed(secret)) else {
+            panic!("still failed")
+        };
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(
+            !e.message.contains("/srv") && e.message.contains("job's id"),
+            "{e}"
+        );
+        let refused = ApiError::invalid_value("n", "n is 1..=128.");
+        assert_eq!(
+            public(id, Outcome::Failed(refused.clone())),
+            Outcome::Failed(refused)
+        );
+    }
 }

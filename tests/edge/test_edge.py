@@ -90,6 +90,7 @@ class Edge:
     def __init__(self, tmp: pathlib.Path, upstreams: list[Upstream]):
         self.port = free_port()
         self.log = tmp / "edge.log"
+        self.data = tmp / "edge"
         env = dict(
             os.environ,
             ACS_UPSTREAMS=",".join(u.url for u in upstreams),
@@ -189,6 +190,28 @@ def test_admin_routes_need_the_admin_secret(cluster):
     assert r.status_code == 200, r.text
     r = httpx.get(f"{edge.url}/v1/budget", headers=auth(key))
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_forged_keys_touch_no_storage(cluster):
+    # Well-formed keys that the edge did not make are refused by the entry worker,
+    # before any key's object is addressed: no object, no storage.
+    edge, _ = cluster
+    key = edge.new_key(1000)
+    assert httpx.get(f"{edge.url}/v1/budget", headers=auth(key)).status_code == 200
+
+    def stored() -> set[str]:
+        return {str(p.relative_to(edge.data)) for p in edge.data.rglob("*") if p.is_file()}
+
+    before = stored()
+    for _ in range(100):
+        forged = f"acs-{os.urandom(6).hex()}-{os.urandom(24).hex()}"
+        r = httpx.get(f"{edge.url}/v1/budget", headers=auth(forged))
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    # A real key with its MAC part changed is refused the same way.
+    tampered = key[:-1] + ("0" if key[-1] != "0" else "1")
+    assert httpx.get(f"{edge.url}/v1/budget", headers=auth(tampered)).status_code == 401
+    assert stored() == before
 
 
 def test_another_key_cannot_see_a_keys_jobs(cluster):

@@ -86,8 +86,12 @@ async fn route(req: &mut Request, env: &Env) -> Result<Response, ApiError> {
         ["admin", "keys", rest @ ..] => admin(req, env, rest).await,
         _ => {
             let secret = auth::bearer(req)?;
-            let id = auth::key_id_of(&secret)
-                .ok_or_else(|| auth::unauthorized("Incorrect API key provided."))?;
+            let incorrect = || auth::unauthorized("Incorrect API key provided.");
+            // Checked here, before any object is addressed: see `auth`.
+            if !auth::is_signed(&secret, &admin_secret(env)) {
+                return Err(incorrect());
+            }
+            let id = auth::key_id_of(&secret).ok_or_else(incorrect)?;
             forward(env, &id, req).await
         }
     }
@@ -143,12 +147,16 @@ fn default_max_running() -> u32 {
 /// `POST /admin/keys` (`{"tokens", "max_running", "name"}` → the new key, once),
 /// `POST /admin/keys/{id}/top-up` (`{"tokens"}`) and `POST /admin/keys/{id}/revoke`,
 /// with `Authorization: Bearer <ACS_ADMIN_SECRET>`.
-async fn admin(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Response, ApiError> {
-    let admin = env
-        .secret("ACS_ADMIN_SECRET")
+/// The admin secret (`ACS_ADMIN_SECRET`, a secret or a var), empty when unset.
+fn admin_secret(env: &Env) -> String {
+    env.secret("ACS_ADMIN_SECRET")
         .map(|s| s.to_string())
         .or_else(|_| env.var("ACS_ADMIN_SECRET").map(|v| v.to_string()))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+async fn admin(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Response, ApiError> {
+    let admin = admin_secret(env);
     let given = auth::bearer(req)?;
     if !auth::is_admin(&given, &admin) {
         return Err(auth::unauthorized("Wrong admin secret."));
@@ -158,7 +166,7 @@ async fn admin(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Response, 
     match rest {
         [] => {
             let c: CreateKey = serde_json::from_slice(&body).map_err(bad)?;
-            let (id, secret) = auth::new_key();
+            let (id, secret) = auth::new_key(&admin);
             let new = NewKey {
                 id: id.clone(),
                 hash: acs_core::KeyHash::of(&secret).0,

@@ -315,6 +315,10 @@ pub enum RunEvent {
 #[derive(Debug, Default)]
 pub struct EventParser {
     buf: Vec<u8>,
+    /// How much of `buf` was searched for an event's end already: a search resumes
+    /// one byte before it (an end split over two pushes), so that a big event that
+    /// arrives in many small pieces costs its length once, not once per piece.
+    searched: usize,
 }
 
 impl EventParser {
@@ -322,41 +326,79 @@ impl EventParser {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<RunEvent>, ApiError> {
         self.buf.extend_from_slice(bytes);
         let mut events = Vec::new();
-        while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
-            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-            let text = std::str::from_utf8(&block)
-                .map_err(|_| unavailable("the upstream sent an event that is not UTF-8"))?;
-            let (mut name, mut data) = (None, String::new());
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    name = Some(v.trim());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                }
+        let (mut start, mut at) = (0, self.searched.saturating_sub(1));
+        while let Some(i) = self.buf[at..].windows(2).position(|w| w == b"\n\n") {
+            let end = at + i + 2;
+            if let Some(e) = parse_event(&self.buf[start..end])? {
+                events.push(e);
             }
-            let bad = |what: &str, e: serde_json::Error| {
-                unavailable(format!("the upstream sent a bad {what} event: {e}"))
-            };
-            events.push(match name {
-                None if data == "[DONE]" => RunEvent::Done,
-                None => RunEvent::Chunk(data),
-                Some("usage") => {
-                    RunEvent::Usage(serde_json::from_str(&data).map_err(|e| bad("usage", e))?)
-                }
-                Some("result") => {
-                    RunEvent::Result(serde_json::from_str(&data).map_err(|e| bad("result", e))?)
-                }
-                Some("error") => {
-                    let body: ErrorBody =
-                        serde_json::from_str(&data).map_err(|e| bad("error", e))?;
-                    RunEvent::Error(
-                        ApiError::from_body(&body)
-                            .unwrap_or_else(|| ApiError::internal(body.error.message)),
-                    )
-                }
-                Some(_) => continue,
-            });
+            (start, at) = (end, end);
         }
+        self.buf.drain(..start);
+        self.searched = self.buf.len();
         Ok(events)
+    }
+}
+
+/// One event block (its lines and the blank line after them); `None` for an event
+/// of a name this parser does not know.
+fn parse_event(block: &[u8]) -> Result<Option<RunEvent>, ApiError> {
+    let text = std::str::from_utf8(block)
+        .map_err(|_| unavailable("the upstream sent an event that is not UTF-8"))?;
+    let (mut name, mut data) = (None, String::new());
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            name = Some(v.trim());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    let bad = |what: &str, e: serde_json::Error| {
+        unavailable(format!("the upstream sent a bad {what} event: {e}"))
+    };
+    Ok(Some(match name {
+        None if data == "[DONE]" => RunEvent::Done,
+        None => RunEvent::Chunk(data),
+        Some("usage") => RunEvent::Usage(serde_json::from_str(&data).map_err(|e| bad("usage", e))?),
+        Some("result") => {
+            RunEvent::Result(serde_json::from_str(&data).map_err(|e| bad("result", e))?)
+        }
+        Some("error") => {
+            let body: ErrorBody = serde_json::from_str(&data).map_err(|e| bad("error", e))?;
+            RunEvent::Error(
+                ApiError::from_body(&body)
+                    .unwrap_or_else(|| ApiError::internal(body.error.message)),
+            )
+        }
+        Some(_) => return Ok(None),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same events whether the stream arrives whole or a byte at a time, a big
+    /// event and an event end split over two pieces included.
+    #[test]
+    fn events_are_the_same_however_the_bytes_arrive() {
+        let big = "x".repeat(100_000);
+        let stream = format!(
+            "data: {{\"a\":1}}\n\nevent: ping\ndata: 1\n\ndata: {big}\n\nevent: usage\ndata: {{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\ndata: [DONE]\n\n"
+        );
+        let mut whole = EventParser::default();
+        let want = whole.push(stream.as_bytes()).unwrap();
+        assert_eq!(want.len(), 4, "{want:?}");
+        assert_eq!(want[0], RunEvent::Chunk("{\"a\":1}".into()));
+        assert_eq!(want[1], RunEvent::Chunk(big.clone()));
+        assert!(matches!(&want[2], RunEvent::Usage(u) if u.total_tokens == 5));
+        assert_eq!(want[3], RunEvent::Done);
+        let mut bytewise = EventParser::default();
+        let mut got = Vec::new();
+        for b in stream.as_bytes() {
+            got.extend(bytewise.push(std::slice::from_ref(b)).unwrap());
+        }
+        assert_eq!(got, want);
+        assert!(bytewise.buf.is_empty());
     }
 }

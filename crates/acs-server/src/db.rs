@@ -94,7 +94,25 @@ impl Db {
     }
 
     /// Runs `f` in one transaction; commits if it returns `Ok`, rolls back otherwise.
+    ///
+    /// On a thread of the server's async runtime, the transaction (a wait for the
+    /// connection's lock, and a write to disk with `synchronous = FULL`) runs as a
+    /// blocking section: the runtime moves its other tasks to another thread meanwhile,
+    /// so that a slow disk never stalls every connection that thread serves.
     pub fn tx<T>(
+        &self,
+        f: impl FnOnce(&mut SqlStore<'_>) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let on_runtime = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_runtime {
+            tokio::task::block_in_place(|| self.tx_here(f))
+        } else {
+            self.tx_here(f)
+        }
+    }
+
+    fn tx_here<T>(
         &self,
         f: impl FnOnce(&mut SqlStore<'_>) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {

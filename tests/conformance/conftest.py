@@ -9,6 +9,9 @@ optional:
   ACS_RETENTION_SECS   the server's result/idempotency retention (default 86400; the
                        expiry test only runs when it is at most 10)
   ACS_MAX_BODY_BYTES   the server's body limit (default 4 MiB), for the 413 test
+  ACS_MAX_QUEUED_JOBS  the jobs one key may queue (default 256; the test runs at <= 32)
+  ACS_BODY_TIMEOUT_SECS  the server's body deadline (default 60; the 408 test runs at
+                       <= 10)
   ACS_OPENAPI          path to the OpenAPI document for the schemathesis run
   ACS_SUMMARY_FILE     where to also write the final "N passed, N failed" line
   ACS_FACE             "acs" (default) or "edge": the face under test, for the few
@@ -34,6 +37,7 @@ MODEL = os.environ.get("ACS_MODEL", "llama-8b")
 RETENTION_SECS = float(os.environ.get("ACS_RETENTION_SECS", "86400"))
 MAX_BODY_BYTES = int(os.environ.get("ACS_MAX_BODY_BYTES", str(4 << 20)))
 MAX_QUEUED_JOBS = int(os.environ.get("ACS_MAX_QUEUED_JOBS", "256"))
+BODY_TIMEOUT_SECS = float(os.environ.get("ACS_BODY_TIMEOUT_SECS", "60"))
 FACE = os.environ.get("ACS_FACE", "acs")
 # Token ids banned through logit_bias so that choices run to max_tokens ("length").
 # 0..2 are the special/EOS tokens of SmolLM2 and of most Llama-family vocabularies.

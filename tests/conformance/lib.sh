@@ -6,6 +6,7 @@ ACS_BIN="${ACS_BIN:-${CARGO_TARGET_DIR:-/root/.cache/acs-target}/release/acs}"
 RETENTION="${ACS_RETENTION_SECS:-4}"
 MAX_BODY="${ACS_MAX_BODY_BYTES:-1048576}"
 MAX_QUEUED="${ACS_MAX_QUEUED_JOBS:-8}"
+BODY_TIMEOUT="${ACS_BODY_TIMEOUT_SECS:-3}"
 VENV="${ACS_CONFORMANCE_VENV:-$HOME/.cache/acs-conformance-venv}"
 
 # Sets PYTHON to a Python with the suite's requirements: $PYTHON if given, else the
@@ -48,6 +49,7 @@ run_suite() {
   export ACS_RETENTION_SECS="$RETENTION"
   export ACS_MAX_BODY_BYTES="$MAX_BODY"
   export ACS_MAX_QUEUED_JOBS="$MAX_QUEUED"
+  export ACS_BODY_TIMEOUT_SECS="$BODY_TIMEOUT"
   export ACS_OPENAPI="${ACS_OPENAPI:-$ROOT/crates/acs-server/openapi.json}"
   # schemathesis beside the chosen Python (a venv), else on PATH.
   if [[ -z "${ACS_SCHEMATHESIS:-}" && "$PYTHON" == */* && -x "$(dirname "$PYTHON")/schemathesis" ]]; then

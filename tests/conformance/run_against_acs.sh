@@ -23,7 +23,8 @@ PORT="$(free_port)"
 cat >"$DATA/start.sh" <<START
 #!/usr/bin/env bash
 '$ACS_BIN' serve --data '$DATA' --addr '127.0.0.1:$PORT' --retention-secs '$RETENTION' \\
-  --max-body-bytes '$MAX_BODY' --max-queued-jobs '$MAX_QUEUED' ${ACS_SERVE_ARGS:-} >>'$DATA/server.log' 2>&1 &
+  --max-body-bytes '$MAX_BODY' --max-queued-jobs '$MAX_QUEUED' \\
+  --body-timeout-secs '$BODY_TIMEOUT' ${ACS_SERVE_ARGS:-} >>'$DATA/server.log' 2>&1 &
 echo \$! >'$DATA/server.pid'
 for _ in \$(seq 600); do
   if curl -fsS 'http://127.0.0.1:$PORT/v1/models' >/dev/null 2>&1; then exit 0; fi

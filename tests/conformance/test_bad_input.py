@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import BASE_URL, MAX_BODY_BYTES, MODEL, check_error_shape
+from conftest import BASE_URL, BODY_TIMEOUT_SECS, FACE, MAX_BODY_BYTES, MODEL, check_error_shape
 
 M = MODEL
 D = 576  # replaced by the model's d_model in the tests that need it (see _fix)
@@ -358,6 +358,31 @@ def test_body_cut_off_before_its_length_is_400(api):
     assert status_line.split()[1] == b"400", reply[:400]
     body = rest.partition(b"\r\n\r\n")[2]
     assert b'"code":"invalid_json"' in body, reply[:400]
+    _alive(api)
+
+
+@pytest.mark.skipif(BODY_TIMEOUT_SECS > 10, reason="the server's body deadline is too long to wait for")
+@pytest.mark.skipif(FACE == "edge", reason="the Workers runtime bounds a request's time itself")
+def test_body_that_stops_arriving_is_408(api):
+    # A client that sends its head and part of its body, then nothing, with the
+    # connection open: 408 at the body's deadline, not a connection held forever.
+    url = urlsplit(BASE_URL)
+    part = b'{"model":"' + MODEL.encode() + b'"'
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {api.key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(part) + 100}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((url.hostname, url.port or 80),
+                                  timeout=BODY_TIMEOUT_SECS + 20) as sock:
+        sock.sendall(head + part)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line.split()[1] == b"408", reply[:400]
+    body = rest.partition(b"\r\n\r\n")[2]
+    assert b'"code":"request_timeout"' in body, reply[:400]
     _alive(api)
 
 

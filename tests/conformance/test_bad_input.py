@@ -338,9 +338,9 @@ def test_body_over_the_limit_is_413(api):
     _alive(api)
 
 
-def test_body_cut_off_before_its_length_is_400(api):
-    # A client that sends part of its body and stops: a malformed request (400), not
-    # one over the size limit (413).
+def _part_of_a_body(api, close: bool, timeout: float) -> tuple[bytes, bytes]:
+    """Sends a completions head and part of its body, then closes its side (`close`)
+    or waits with the connection open; the reply's status and body."""
     url = urlsplit(BASE_URL)
     part = b'{"model":"' + MODEL.encode() + b'"'
     head = (
@@ -348,16 +348,23 @@ def test_body_cut_off_before_its_length_is_400(api):
         f"Authorization: Bearer {api.key}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(part) + 100}\r\nConnection: close\r\n\r\n"
     ).encode()
-    with socket.create_connection((url.hostname, url.port or 80), timeout=30) as sock:
+    with socket.create_connection((url.hostname, url.port or 80), timeout=timeout) as sock:
         sock.sendall(head + part)
-        sock.shutdown(socket.SHUT_WR)
+        if close:
+            sock.shutdown(socket.SHUT_WR)
         reply = b""
         while chunk := sock.recv(65536):
             reply += chunk
     status_line, _, rest = reply.partition(b"\r\n")
-    assert status_line.split()[1] == b"400", reply[:400]
-    body = rest.partition(b"\r\n\r\n")[2]
-    assert b'"code":"invalid_json"' in body, reply[:400]
+    return status_line.split()[1], rest.partition(b"\r\n\r\n")[2]
+
+
+def test_body_cut_off_before_its_length_is_400(api):
+    # A client that sends part of its body and stops: a malformed request (400), not
+    # one over the size limit (413).
+    status, body = _part_of_a_body(api, close=True, timeout=30)
+    assert status == b"400", body[:400]
+    assert b'"code":"invalid_json"' in body, body[:400]
     _alive(api)
 
 
@@ -366,23 +373,9 @@ def test_body_cut_off_before_its_length_is_400(api):
 def test_body_that_stops_arriving_is_408(api):
     # A client that sends its head and part of its body, then nothing, with the
     # connection open: 408 at the body's deadline, not a connection held forever.
-    url = urlsplit(BASE_URL)
-    part = b'{"model":"' + MODEL.encode() + b'"'
-    head = (
-        f"POST /v1/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
-        f"Authorization: Bearer {api.key}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(part) + 100}\r\n\r\n"
-    ).encode()
-    with socket.create_connection((url.hostname, url.port or 80),
-                                  timeout=BODY_TIMEOUT_SECS + 20) as sock:
-        sock.sendall(head + part)
-        reply = b""
-        while chunk := sock.recv(65536):
-            reply += chunk
-    status_line, _, rest = reply.partition(b"\r\n")
-    assert status_line.split()[1] == b"408", reply[:400]
-    body = rest.partition(b"\r\n\r\n")[2]
-    assert b'"code":"request_timeout"' in body, reply[:400]
+    status, body = _part_of_a_body(api, close=False, timeout=BODY_TIMEOUT_SECS + 20)
+    assert status == b"408", body[:400]
+    assert b'"code":"request_timeout"' in body, body[:400]
     _alive(api)
 
 

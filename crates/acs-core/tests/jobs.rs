@@ -442,21 +442,13 @@ fn the_oldest_queued_job_of_each_key() {
         let (j, _) = submit(&mut s, key, None, "{}", Timestamp(i as i64 * 10), i as u8).unwrap();
         made.push(j.id);
     }
-    let oldest: Vec<JobId> = s
-        .oldest_queued_per_key()
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
-    assert_eq!(oldest, vec![made[0], made[1]]);
+    let oldest = |s: &MemoryStore| -> Vec<JobId> {
+        let queued = s.oldest_queued_per_key().unwrap();
+        queued.iter().map(|j| j.id).collect()
+    };
+    assert_eq!(oldest(&s), vec![made[0], made[1]]);
     jobs::start(&mut s, made[0], 1, Timestamp(100), DAY).unwrap();
-    let oldest: Vec<JobId> = s
-        .oldest_queued_per_key()
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
-    assert_eq!(oldest, vec![made[1], made[2]]);
+    assert_eq!(oldest(&s), vec![made[1], made[2]]);
 }
 
 #[test]

@@ -637,7 +637,15 @@ impl Inner {
             .db
             .tx(move |s| jobs::finish(s, id, outcome, used, t, retention))
         {
-            worker::console_error!("finishing job {id}: {e}");
+            worker::console_error!("storing the result of job {id}: {e}");
+            // The job ends all the same, failed and charged once, its Hold released.
+            let failed = Outcome::Failed(jobs::unstorable());
+            if let Err(e) = self
+                .db
+                .tx(move |s| jobs::finish(s, id, failed, used, t, retention))
+            {
+                worker::console_error!("finishing job {id}: {e}");
+            }
         }
     }
 
@@ -649,7 +657,8 @@ impl Inner {
         }
         let next = self.db.tx(|s| {
             let rows = s.conn().query(
-                "SELECT MIN(j.expires_at) FROM jobs j JOIN results r ON r.job_id = j.id",
+                "SELECT MIN(j.expires_at) FROM jobs j
+                 JOIN result_parts r ON r.job_id = j.id AND r.part = 0",
                 &[],
             )?;
             Ok(match rows.first().and_then(|r| r.first()) {
@@ -729,6 +738,10 @@ async fn run_once(
                 RunEvent::Result(c) => {
                     let used = c.usage.total_tokens;
                     return Attempt::Ended(Outcome::Succeeded(*c), used);
+                }
+                // Generated, but more than the edge carries: charged all the same.
+                RunEvent::Error(e) if e.code == ErrorCode::ResultTooLarge => {
+                    return Attempt::Ended(Outcome::Failed(e), used);
                 }
                 RunEvent::Error(e) => return Attempt::Ended(Outcome::Failed(e), 0),
                 RunEvent::Chunk(_) | RunEvent::Done => {}

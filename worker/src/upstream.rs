@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use acs_core::{ApiError, Completion, ErrorBody, ErrorCode, Usage};
+use acs_core::{ApiError, Completion, ErrorBody, ErrorCode, Usage, jobs};
 use wasm_bindgen::JsValue;
 use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
@@ -311,10 +311,27 @@ pub enum RunEvent {
     Done,
 }
 
+/// The longest event the edge reads: a stored job result and its framing.
+pub const MAX_EVENT_BYTES: usize = jobs::MAX_RESULT_BYTES + (64 << 10);
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::ResultTooLarge,
+        format!(
+            "The result is over the {} MiB the edge carries in one piece; stream it \
+             (`stream: true`) or ask for fewer choices, tokens, logprobs or activation \
+             positions.",
+            jobs::MAX_RESULT_BYTES >> 20
+        ),
+    )
+}
+
 /// Splits a server-sent event stream into [`RunEvent`]s as its bytes arrive.
 #[derive(Debug, Default)]
 pub struct EventParser {
     buf: Vec<u8>,
+    /// An event grew past [`MAX_EVENT_BYTES`]: the rest of the stream is skipped.
+    overflowed: bool,
     /// How much of `buf` was searched for an event's end already: a search resumes
     /// one byte before it (an end split over two pushes), so that a big event that
     /// arrives in many small pieces costs its length once, not once per piece.
@@ -324,6 +341,9 @@ pub struct EventParser {
 impl EventParser {
     /// Takes more bytes; returns the events they complete.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<RunEvent>, ApiError> {
+        if self.overflowed {
+            return Ok(Vec::new());
+        }
         self.buf.extend_from_slice(bytes);
         let mut events = Vec::new();
         let (mut start, mut at) = (0, self.searched.saturating_sub(1));
@@ -336,6 +356,12 @@ impl EventParser {
         }
         self.buf.drain(..start);
         self.searched = self.buf.len();
+        if self.buf.len() > MAX_EVENT_BYTES {
+            // The isolate's memory bounds what one event (a whole result) may be.
+            self.overflowed = true;
+            self.buf = Vec::new();
+            events.push(RunEvent::Error(too_large()));
+        }
         Ok(events)
     }
 }
@@ -400,5 +426,26 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(bytewise.buf.is_empty());
+    }
+
+    /// An event longer than the edge carries ends the run with `result_too_large`
+    /// once, after the events before it, and the buffer holds no more of it.
+    #[test]
+    fn an_event_past_the_limit_is_refused_and_not_kept() {
+        let mut p = EventParser::default();
+        let first = p.push(b"event: usage\ndata: {\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}\n\nevent: result\ndata: ").unwrap();
+        assert!(matches!(&first[..], [RunEvent::Usage(_)]), "{first:?}");
+        let piece = vec![b'x'; 1 << 20];
+        let mut errors = Vec::new();
+        for _ in 0..(MAX_EVENT_BYTES >> 20) + 2 {
+            errors.extend(p.push(&piece).unwrap());
+            assert!(p.buf.len() <= MAX_EVENT_BYTES + piece.len());
+        }
+        assert!(
+            matches!(&errors[..], [RunEvent::Error(e)] if e.code == ErrorCode::ResultTooLarge),
+            "{errors:?}"
+        );
+        assert!(p.buf.is_empty());
+        assert!(p.push(b"\n\ndata: [DONE]\n\n").unwrap().is_empty());
     }
 }

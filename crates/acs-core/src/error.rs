@@ -55,6 +55,8 @@ pub enum ErrorCode {
     JobCancelled,
     /// The job's result is past `expires_at`.
     ResultExpired,
+    /// The job's result is over the size a stored result may have.
+    ResultTooLarge,
     /// The engine cannot take more work right now.
     Overloaded,
     /// No upstream model server answered (the edge's proxy).
@@ -82,7 +84,7 @@ impl ErrorCode {
             RequestTimeout => 408,
             IdempotencyKeyInUse | JobNotFinished | JobCancelled => 409,
             ResultExpired => 410,
-            RequestTooLarge => 413,
+            RequestTooLarge | ResultTooLarge => 413,
             IdempotencyKeyReused => 422,
             BudgetHeld | TooManyRunning | TooManyQueuedJobs => 429,
             Internal => 500,
@@ -130,6 +132,7 @@ impl ErrorCode {
             JobNotFinished => "job_not_finished",
             JobCancelled => "job_cancelled",
             ResultExpired => "result_expired",
+            ResultTooLarge => "result_too_large",
             Overloaded => "overloaded",
             UpstreamUnavailable => "upstream_unavailable",
             Internal => "internal_error",
@@ -139,7 +142,7 @@ impl ErrorCode {
     /// Parses a `code` string back, for errors read from storage or an upstream.
     pub fn from_code(code: &str) -> Option<Self> {
         use ErrorCode::*;
-        const ALL: [ErrorCode; 26] = [
+        const ALL: [ErrorCode; 27] = [
             InvalidJson,
             UnknownParameter,
             MissingParameter,
@@ -163,6 +166,7 @@ impl ErrorCode {
             JobNotFinished,
             JobCancelled,
             ResultExpired,
+            ResultTooLarge,
             Overloaded,
             UpstreamUnavailable,
             Internal,

@@ -19,6 +19,12 @@ pub const DEFAULT_RETENTION_MS: i64 = Timestamp::DAY_MS;
 /// to have died (its process crashed), and the key may be used again.
 pub const ACCEPTING_TIMEOUT_MS: i64 = 60_000;
 
+/// The largest result a job stores, as JSON: bigger ones (many choices with
+/// logprobs, activations of every position) fail with `result_too_large` instead,
+/// charged what they generated. The edge holds a result whole in an isolate of
+/// 128 MB while it parses and stores it, which sets the size.
+pub const MAX_RESULT_BYTES: usize = 16 << 20;
+
 /// Default and largest page size of `GET /v1/completion-jobs`.
 pub const DEFAULT_PAGE: usize = 20;
 /// The largest page size.
@@ -264,15 +270,67 @@ pub fn finish<S: Store>(
             job.status
         )));
     }
+    let result = match outcome {
+        Outcome::Succeeded(c) => Some(JobResult::Completion(c)),
+        Outcome::Failed(e) => Some(JobResult::Error(e.body())),
+        Outcome::Cancelled => None,
+    };
+    let (status, result) = match result {
+        Some(r) => match json_len(&r) {
+            Some(len) if len <= MAX_RESULT_BYTES => (status, Some(r)),
+            len => (
+                JobStatus::Failed,
+                Some(JobResult::Error(result_too_large(len).body())),
+            ),
+        },
+        None => (status, None),
+    };
     job.finish(status, now, retention_ms)?;
-    match outcome {
-        Outcome::Succeeded(c) => store.put_result(id, &JobResult::Completion(c))?,
-        Outcome::Failed(e) => store.put_result(id, &JobResult::Error(e.body()))?,
-        Outcome::Cancelled => {}
+    if let Some(r) = &result {
+        store.put_result(id, r)?;
     }
     let settlement = ledger::settle(store, &job.hold_id(), used_tokens)?;
     store.put_job(&job)?;
     Ok((job, settlement))
+}
+
+/// The length of `r` as JSON, without making the text; `None` if it does not
+/// serialize.
+fn json_len(r: &JobResult) -> Option<usize> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, r).ok()?;
+    Some(count.0)
+}
+
+/// The failure of a job whose result is over [`MAX_RESULT_BYTES`] (or does not
+/// serialize at all: `len` is `None`).
+pub fn result_too_large(len: Option<usize>) -> ApiError {
+    let size = len.map_or_else(String::new, |l| format!(" ({l} bytes)"));
+    ApiError::new(
+        ErrorCode::ResultTooLarge,
+        format!(
+            "The job's result{size} is over the {} MiB a stored result may have; ask for \
+             fewer choices, tokens, logprobs or activation positions, or stream it from \
+             /v1/completions.",
+            MAX_RESULT_BYTES >> 20
+        ),
+    )
+}
+
+/// What a job ends with when its result cannot be stored (a failing disk, a storage
+/// limit): the job still ends, failed, and is charged what it generated.
+pub fn unstorable() -> ApiError {
+    ApiError::internal("The job's result could not be stored.")
 }
 
 /// `POST …/{id}/cancel`: a queued job is cancelled at once; a running one is marked

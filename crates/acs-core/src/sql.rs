@@ -15,7 +15,8 @@ use crate::store::{
 };
 
 /// Each entry migrates the schema from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE keys (
     id TEXT PRIMARY KEY,
     hash TEXT NOT NULL UNIQUE,
@@ -56,7 +57,39 @@ CREATE TABLE idempotency (
     created_at INTEGER NOT NULL,
     PRIMARY KEY (key_id, idem_key)
 );
-"#];
+"#,
+    // A result in parts of at most `RESULT_PART_BYTES`: a Durable Object stores no
+    // value over 2 MB, and a job's result can be many megabytes.
+    r#"
+CREATE TABLE result_parts (
+    job_id TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (job_id, part)
+);
+INSERT INTO result_parts (job_id, part, data) SELECT job_id, 0, data FROM results;
+DROP TABLE results;
+"#,
+];
+
+/// The most bytes of a result's JSON that one stored value holds.
+pub const RESULT_PART_BYTES: usize = 1 << 20;
+
+/// `text` cut into pieces of at most `max` bytes, each ending on a character boundary.
+fn parts(text: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = max.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (head, tail) = rest.split_at(end);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
 
 /// One SQL value, as both backends bind and return them.
 #[derive(Debug, Clone, PartialEq)]
@@ -340,34 +373,46 @@ impl<C: SqlConn> Store for SqlStore<C> {
         Ok(rows.pop().unwrap_or(0))
     }
     fn put_result(&mut self, id: JobId, r: &JobResult) -> StoreResult<()> {
+        let job = SqlValue::from(id.to_string());
         self.conn.execute(
-            "INSERT INTO results (job_id, data) VALUES (?, ?)
-             ON CONFLICT(job_id) DO UPDATE SET data = excluded.data",
-            &[id.to_string().into(), to_json(r)?.into()],
-        )
+            "DELETE FROM result_parts WHERE job_id = ?",
+            std::slice::from_ref(&job),
+        )?;
+        let text = to_json(r)?;
+        for (i, part) in parts(&text, RESULT_PART_BYTES).into_iter().enumerate() {
+            self.conn.execute(
+                "INSERT INTO result_parts (job_id, part, data) VALUES (?, ?, ?)",
+                &[job.clone(), (i as i64).into(), part.into()],
+            )?;
+        }
+        Ok(())
     }
     fn result(&self, id: JobId) -> StoreResult<Option<JobResult>> {
-        let mut rows = self.rows(
-            "SELECT data FROM results WHERE job_id = ?",
+        let parts = self.rows(
+            "SELECT data FROM result_parts WHERE job_id = ? ORDER BY part",
             &[id.to_string().into()],
-            |r| json(&r.text()?),
+            |r| r.text(),
         )?;
-        Ok(rows.pop())
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        json(&parts.concat()).map(Some)
     }
     fn purge_results(&mut self, now: Timestamp) -> StoreResult<usize> {
-        Ok(self
-            .conn
-            .query(
-                "DELETE FROM results WHERE job_id IN
-                   (SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at <= ?)
-                 RETURNING job_id",
-                &[now.0.into()],
-            )?
-            .len())
+        let deleted = self.conn.query(
+            "DELETE FROM result_parts WHERE job_id IN
+               (SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at <= ?)
+             RETURNING part",
+            &[now.0.into()],
+        )?;
+        Ok(deleted
+            .iter()
+            .filter(|row| row.first() == Some(&SqlValue::Int(0)))
+            .count())
     }
     fn purge_jobs(&mut self, before: Timestamp) -> StoreResult<usize> {
         self.conn.execute(
-            "DELETE FROM results WHERE job_id IN
+            "DELETE FROM result_parts WHERE job_id IN
                (SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at < ?)",
             &[before.0.into()],
         )?;

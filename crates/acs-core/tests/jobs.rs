@@ -314,6 +314,29 @@ fn job_takes_its_hold_when_it_starts_and_is_charged_once() {
     assert_eq!(ledger::view(&s, "k").unwrap().tokens_left, 88);
 }
 
+/// A result over `MAX_RESULT_BYTES` is not stored: the job fails with
+/// `result_too_large`, is charged what it generated, and its Hold is released.
+#[test]
+fn a_result_too_large_to_store_fails_the_job_charged_once() {
+    let mut s = store(100, 4);
+    let now = Timestamp(0);
+    let (job, _) = submit(&mut s, "k", None, "{}", now, 1).unwrap();
+    let Start::Started(job) = jobs::start(&mut s, job.id, 30, now, DAY).unwrap() else {
+        panic!("should start")
+    };
+    let mut big = completion();
+    big.id = "x".repeat(jobs::MAX_RESULT_BYTES);
+    let (job, settled) =
+        jobs::finish(&mut s, job.id, Outcome::Succeeded(big), 12, now, DAY).unwrap();
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(settled.unwrap().charged, 12);
+    let v = ledger::view(&s, "k").unwrap();
+    assert_eq!((v.tokens_left, v.tokens_held, v.running), (88, 0, 0));
+    let e = jobs::result(&s, "k", job.id, now).unwrap_err();
+    assert_eq!((e.code, e.status()), (ErrorCode::ResultTooLarge, 413));
+    assert!(e.message.contains("16 MiB"), "{}", e.message);
+}
+
 #[test]
 fn a_job_that_can_never_fit_fails_with_402_as_its_result() {
     let mut s = store(10, 4);

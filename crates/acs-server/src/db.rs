@@ -224,4 +224,56 @@ mod tests {
         assert_eq!(left, 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A result of many megabytes is stored in parts no bigger than a Durable
+    /// Object's value limit, cut between characters, and read back whole.
+    #[test]
+    fn a_big_result_is_stored_in_parts_and_read_back_whole() {
+        use acs_core::job::JobResult;
+        use acs_core::response::{Completion, Usage};
+        use acs_core::sql::RESULT_PART_BYTES;
+        let dir = std::env::temp_dir().join(format!("acs-db-parts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = Db::open(&dir).unwrap();
+        let id = JobId::new_v7(Timestamp(1), [7; 10]);
+        let mut job = Job::new(id, "k", "m", "{}".into(), Timestamp(1));
+        job.status = JobStatus::Succeeded;
+        job.expires_at = Some(Timestamp(50));
+        // Three-byte characters, so that a cut at a byte count would split one.
+        let result = JobResult::Completion(Completion {
+            id: "\u{2603}".repeat(RESULT_PART_BYTES + 5),
+            object: "text_completion".into(),
+            created: 1,
+            model: "m".into(),
+            choices: vec![],
+            usage: Usage::default(),
+            activations: None,
+        });
+        let (back, sizes) = db
+            .tx(|s| {
+                s.put_job(&job)?;
+                s.put_result(id, &result)?;
+                s.put_result(id, &result)?;
+                let sizes: Vec<usize> = s
+                    .conn()
+                    .query(
+                        "SELECT length(CAST(data AS BLOB)) FROM result_parts ORDER BY part",
+                        &[],
+                    )?
+                    .into_iter()
+                    .map(|r| match r[0] {
+                        SqlValue::Int(n) => n as usize,
+                        _ => usize::MAX,
+                    })
+                    .collect();
+                Ok((s.result(id)?, sizes))
+            })
+            .unwrap();
+        assert_eq!(back, Some(result));
+        assert_eq!(sizes.len(), 4, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= RESULT_PART_BYTES), "{sizes:?}");
+        let purged = db.tx(|s| Ok(s.purge_results(Timestamp(50))?)).unwrap();
+        assert_eq!(purged, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -187,6 +187,14 @@ pub async fn admit_and_run(
                 Event::Done(f) => {
                     ended = true;
                     let used = f.usage.total_tokens;
+                    tracing::info!(
+                        target: "acs::run",
+                        request_id = %hold_id,
+                        prompt_tokens = f.usage.prompt_tokens,
+                        completion_tokens = f.usage.completion_tokens,
+                        client_left = gone,
+                        "run ended"
+                    );
                     if settles && let Err(err) = settle(&db, &hold_id, used) {
                         tracing::error!(%hold_id, %err, "settling a hold failed");
                     }
@@ -195,6 +203,12 @@ pub async fn admit_and_run(
                 }
                 Event::Failed(err) => {
                     ended = true;
+                    tracing::info!(
+                        target: "acs::run",
+                        request_id = %hold_id,
+                        code = err.code.code(),
+                        "run failed"
+                    );
                     if settles {
                         let _ = settle(&db, &hold_id, 0);
                     }

@@ -172,7 +172,15 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
             .db
             .tx(|s| jobs::finish(s, id, outcome, used, now, retention))
         {
-            tracing::error!(job = %id, error = %e, "finishing a job failed");
+            tracing::error!(job = %id, error = %e, "storing a job's result failed");
+            // The job ends all the same, failed and charged once, its Hold released.
+            let failed = Outcome::Failed(jobs::unstorable());
+            if let Err(e) = state
+                .db
+                .tx(|s| jobs::finish(s, id, failed, used, now, retention))
+            {
+                tracing::error!(job = %id, error = %e, "finishing a job failed");
+            }
         }
         state.wake.notify_one();
     });

@@ -85,19 +85,33 @@ pub struct ServeArgs {
     /// gives the weights to anyone who can reach the server.
     #[arg(long)]
     serve_model_file: bool,
+    /// How log lines are written to stderr: `text` for people, `json` (one object
+    /// per line, the request id a field of its own) for a log pipeline.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// The playground's static files, served at `/` (default: web/ of this checkout).
     #[arg(long)]
     web: Option<PathBuf>,
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 pub fn run(a: ServeArgs) -> Result<(), CliError> {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,tower_http=warn".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match a.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     // Held until the process ends: a second server on the same data would release
     // this one's live Holds and requeue its running jobs as it recovers.
     let _serving = DataLock::acquire(&a.data)

@@ -124,6 +124,67 @@ fn the_model_file_is_served_only_when_asked() {
     }
 }
 
+/// With `--log-format json`, each request leaves one JSON line under the request id
+/// its response carries, with its method, path, status and calling key, and a run
+/// leaves its token counts under the same id.
+#[test]
+fn each_request_logs_a_line_under_its_request_id() {
+    let data = temp_dir("access-log");
+    let out = acs()
+        .args(["keys", "create", "--data"])
+        .arg(&*data)
+        .args(["--tokens", "100000", "--max-running", "4"])
+        .output()
+        .unwrap();
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let made = String::from_utf8_lossy(&out.stderr).into_owned();
+    let key_id = made.split_whitespace().nth(1).unwrap().to_owned();
+    let server = Server::start(&data, &default_model(), &["--log-format", "json"]);
+    let auth = format!("Bearer {key}");
+    let body = r#"{"model":"llama-8b","prompt":"The sky is","max_tokens":3,"temperature":0}"#;
+    let (status, headers, _) = curl(
+        &server.base,
+        "POST",
+        "/v1/completions",
+        Some(body),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(status, 200);
+    let rid = headers
+        .iter()
+        .find(|(k, _)| k == "x-request-id")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    let (status, _, _) = curl(&server.base, "GET", "/v1/nowhere", None, &[]);
+    assert_eq!(status, 404);
+    let log = server.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of = |id: &str, target: &str| {
+        lines
+            .iter()
+            .find(|l| l["request_id"] == id && l["target"] == target)
+            .unwrap_or_else(|| panic!("no {target} line for {id} in:\n{log}"))
+            .clone()
+    };
+    let access = of(&rid, "acs::access");
+    assert_eq!(access["method"], "POST");
+    assert_eq!(access["path"], "/v1/completions");
+    assert_eq!(access["status"], 200);
+    assert_eq!(access["key"], key_id.as_str());
+    let run = of(&rid, "acs::run");
+    assert_eq!(run["completion_tokens"], 3);
+    assert!(run["prompt_tokens"].as_u64().unwrap() > 0, "{run}");
+    let unknown = lines
+        .iter()
+        .find(|l| l["target"] == "acs::access" && l["path"] == "/v1/nowhere")
+        .unwrap_or_else(|| panic!("no line for the unknown route in:\n{log}"));
+    assert_eq!(unknown["status"], 404);
+    assert_eq!(unknown["key"], "-");
+}
+
 /// `/metrics` counts requests by route pattern and status, and the engine's work.
 #[test]
 fn metrics_count_requests_and_the_engines_work() {

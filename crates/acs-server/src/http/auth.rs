@@ -5,6 +5,8 @@
 //! whatever they say: answering before the body is read makes hyper close the
 //! connection, which a client reusing it sees as a dropped request.
 
+use std::sync::{Arc, OnceLock};
+
 use acs_core::ids::KeyHash;
 use acs_core::{ApiError, ApiKey, Endpoint, ErrorCode};
 use axum::extract::FromRequestParts;
@@ -30,7 +32,27 @@ impl FromRequestParts<AppState> for Authenticated {
     type Rejection = Failure;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Failure> {
-        Ok(Authenticated(authenticate(state, &parts.headers)?))
+        let key = authenticate(state, &parts.headers)?;
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            caller.set(&key.id);
+        }
+        Ok(Authenticated(key))
+    }
+}
+
+/// Where authentication leaves the calling key's id for the request's log line
+/// (the router's middleware puts one into each request and reads it after).
+#[derive(Debug, Clone, Default)]
+pub struct Caller(Arc<OnceLock<String>>);
+
+impl Caller {
+    fn set(&self, key_id: &str) {
+        let _ = self.0.set(key_id.to_owned());
+    }
+
+    /// The key's id, once a handler has authenticated one.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use acs_core::ids::request_id;
 use acs_core::{ApiError, ErrorCode};
@@ -16,6 +16,7 @@ use axum::routing::{any, get, post};
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 use tower_http::services::{ServeDir, ServeFile};
 
+use super::auth::Caller;
 use super::error::{Failure, log_internal};
 use super::response::set_header;
 use super::state::AppState;
@@ -36,12 +37,33 @@ async fn method_not_allowed() -> Failure {
     ))
 }
 
-/// Gives every response an `x-request-id` (handlers of jobs set their own).
-async fn request_ids(req: Request, next: Next) -> Response {
+/// Gives every response an `x-request-id` (handlers of jobs and completions set
+/// their own) and logs one line per request under it: method, path, status, the
+/// calling key's id and the time to the response's head.
+async fn request_ids(mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let caller = Caller::default();
+    req.extensions_mut().insert(caller.clone());
     let mut resp = next.run(req).await;
     if !resp.headers().contains_key("x-request-id") {
         set_header(resp.headers_mut(), "x-request-id", &request_id(random()));
     }
+    let id = resp
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info!(
+        target: "acs::access",
+        request_id = id,
+        %method,
+        path,
+        status = resp.status().as_u16(),
+        key = caller.get().unwrap_or("-"),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "request"
+    );
     resp
 }
 

@@ -33,21 +33,37 @@ fn finished(engine: &Engine, body: Value) -> Finished {
     }
 }
 
-/// The tiny model, and an engine over it on the CPU and one on WebGPU.
-fn engines() -> (Arc<Model>, Engine, Engine) {
+/// Holds the WebGPU model until the engine thread has let go of it, then drops it on
+/// the test's thread. The engine thread drops its backend after its last handle is
+/// gone, on its own time; a device still being torn down there as the test process
+/// exits races the Vulkan driver's exit handlers (lavapipe crashed so).
+struct DeviceTeardown(Arc<GpuModel>);
+
+impl Drop for DeviceTeardown {
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while Arc::strong_count(&self.0) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// The tiny model, and an engine over it on the CPU and one on WebGPU. Bind the
+/// teardown first, so that it drops after both engines.
+fn engines() -> (DeviceTeardown, Arc<Model>, Engine, Engine) {
     let file =
         Arc::new(GgufFile::from_vec(test_model_bytes(&TestModelSpec::tiny()).unwrap()).unwrap());
     let model = Arc::new(Model::from_gguf(Arc::clone(&file)).unwrap());
     let gpu = Arc::new(GpuModel::new(&file).expect("a WebGPU adapter (lavapipe counts)"));
     let config = SchedulerConfig::with_kv_bytes(&model, 64 << 20);
     let cpu_engine = Engine::start(Arc::clone(&model), config);
-    let gpu_engine = Engine::start_on(Arc::clone(&model), gpu, config);
-    (model, cpu_engine, gpu_engine)
+    let gpu_engine = Engine::start_on(Arc::clone(&model), Arc::clone(&gpu), config);
+    (DeviceTeardown(gpu), model, cpu_engine, gpu_engine)
 }
 
 #[test]
 fn webgpu_engine_gives_the_cpu_engines_completions() {
-    let (model, cpu_engine, gpu_engine) = engines();
+    let (_device, model, cpu_engine, gpu_engine) = engines();
     assert_eq!(cpu_engine.backend(), "cpu");
     assert!(
         gpu_engine.backend().starts_with("webgpu: "),
@@ -93,7 +109,7 @@ fn webgpu_engine_gives_the_cpu_engines_completions() {
 /// tokens came from the cache.
 #[test]
 fn webgpu_engine_keeps_prompts_and_shares_beginnings() {
-    let (_, cpu_engine, gpu_engine) = engines();
+    let (_device, _, cpu_engine, gpu_engine) = engines();
     let with = |first: u32, tail: std::ops::Range<u32>| -> Vec<u32> {
         (first..first + 40).chain(tail).collect()
     };

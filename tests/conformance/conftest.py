@@ -63,14 +63,17 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "not_found": (404, "invalid_request_error"),
     "unknown_route": (404, "invalid_request_error"),
     "method_not_allowed": (405, "invalid_request_error"),
+    "request_timeout": (408, "invalid_request_error"),
     "idempotency_key_in_use": (409, "invalid_request_error"),
     "job_not_finished": (409, "invalid_request_error"),
     "job_cancelled": (409, "invalid_request_error"),
     "result_expired": (410, "invalid_request_error"),
     "request_too_large": (413, "invalid_request_error"),
+    "result_too_large": (413, "invalid_request_error"),
     "idempotency_key_reused": (422, "invalid_request_error"),
     "budget_held": (429, "rate_limit_error"),
     "too_many_running": (429, "rate_limit_error"),
+    "too_many_queued_jobs": (429, "rate_limit_error"),
 }
 
 JOB_FIELDS = [

@@ -253,7 +253,7 @@ error = {
                 "budget_exhausted", "budget_held", "too_many_running", "too_many_queued_jobs",
                 "invalid_idempotency_key",
                 "idempotency_key_reused", "idempotency_key_in_use", "job_not_finished",
-                "job_cancelled", "result_expired", "overloaded", "internal_error", None]},
+                "job_cancelled", "result_expired", "result_too_large", "overloaded", "internal_error", None]},
         },
     }},
 }
@@ -316,7 +316,9 @@ responses = {
     "MethodNotAllowed": err("method_not_allowed."),
     "Conflict": err("job_not_finished, job_cancelled, or idempotency_key_in_use (with retry-after)."),
     "Gone": err("result_expired: past expires_at."),
-    "TooLarge": err("request_too_large: the body is over the server's limit."),
+    "TooLarge": err("request_too_large: the body is over the server's limit; as a failed Job's "
+                    "result, result_too_large: its result was over the 16 MiB a stored result "
+                    "may have."),
     "Unprocessable": err("idempotency_key_reused: the Idempotency-Key was used with another body."),
     "TooMany": err("budget_held (fits once running requests end), too_many_running, or "
                    "too_many_queued_jobs.", retry=True),
@@ -396,7 +398,8 @@ paths = {
         "parameters": [JOB_ID],
         "responses": {"200": {"description": "The Completion.", "headers": RID,
                               "content": {"application/json": {"schema": ref("Completion")}}},
-                      **errs("400", "401", "402", "404", "405", "409", "410", "429", "500", "503")}}},
+                      **errs("400", "401", "402", "404", "405", "409", "410", "413", "429", "500",
+                             "503")}}},
     "/v1/completion-jobs/{id}/cancel": {"post": {
         "operationId": "cancelCompletionJob",
         "summary": "Cancel a Job: a queued one at once, a running one at its next token.",

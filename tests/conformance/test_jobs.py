@@ -238,6 +238,34 @@ def test_job_activations(api, model_info):
     assert len(base64.b64decode(a["data"])) == 4 * d * c["usage"]["prompt_tokens"]
 
 
+# The most JSON a job's stored result may have (16 MiB), on every face.
+MAX_RESULT_BYTES = 16 << 20
+
+
+def test_result_over_the_stored_limit_fails_the_job_charged(fresh, model_info):
+    # Every layer's activations at every position: base64 f32 is 16/3 bytes a value,
+    # so enough positions make a result over the limit from one short prefill.
+    d, layers = model_info["d_model"], model_info["n_layers"]
+    per_position = layers * d * 16 // 3
+    positions = MAX_RESULT_BYTES // per_position + 8
+    assert positions < model_info["context_window"] // 2, "the model is too small for this test"
+    a = fresh(1_000_000)
+    body = {"model": MODEL, "prompt": [list(range(100, 100 + positions))], "max_tokens": 2,
+            "logit_bias": EOS_BAN,
+            "activations": {"layers": list(range(layers)), "positions": "all"}}
+    j = a.post("/v1/completion-jobs", body).json()
+    done = a.wait_job(j["id"], timeout=180)
+    assert done["status"] == "failed", done
+    assert done["usage_pending"] is False
+    r = a.get(done["result_url"])
+    err = expect_error(r, 413, "result_too_large")
+    assert "MiB" in err["message"], err
+    # Charged what it ran (the prompt and its tokens), once; nothing left held.
+    b = a.get("/v1/budget").json()
+    assert b["tokens_held"] == 0 and b["running"] == 0, b
+    assert 1_000_000 - b["tokens_left"] == positions + 2, b
+
+
 @pytest.mark.skipif(MAX_QUEUED_JOBS > 32, reason="the server queues too many jobs per key to fill")
 def test_queued_jobs_per_key_are_bounded(fresh):
     # One job of the key runs at a time; the rest wait in the queue, up to the limit.

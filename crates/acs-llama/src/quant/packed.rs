@@ -2,8 +2,10 @@
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
 use super::format::Half;
+use super::formats::low_bits;
 use super::formats::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, unpack_scales_k4,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, KBlock, unpack_scales_k4,
 };
 use super::{GgmlType, QK};
 use crate::cpu::isa::Isa;
@@ -11,8 +13,8 @@ use crate::cpu::isa::Isa;
 /// Rows per panel of a [`PackedMatrix`]: one per 32-bit lane of an AVX2 register.
 pub(crate) const PANEL: usize = 8;
 
-/// A Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K or Q8_0 matrix rearranged once at load time so that each 32-bit lane of a
-/// SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
+/// A Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or Q8_0 matrix rearranged once
+/// at load time so that each 32-bit lane of a SIMD register holds a different row: one `vpdpbusd` then advances eight rows (16
 /// with AVX-512) by four values each, and the rows' scales convert with one
 /// instruction, so a block of eight rows costs a fraction of the instructions of
 /// eight separate rows.
@@ -35,6 +37,18 @@ pub(crate) const PANEL: usize = 8;
 ///   panel order (byte `k` holding the sub-block's values `k` and `16 + k`): the
 ///   Q4_1 kernels' loop, with each sub-block's scale `d·sc` and min `dmin·m` made in
 ///   f32 (exactly: an f16 times a 6-bit integer) rather than loaded;
+/// - Q5_K, `180w` bytes a super-block: Q4_K's, each sub-block's 16 quant bytes a
+///   row followed by the rows' fifth bits in Q5_1's order (`4w` bytes);
+/// - Q2_K, `84w` bytes a super-block: the rows' f16 `d`, their f16 `dmin`, for
+///   each group of 16 values the rows' scale and min bytes as stored, then for each
+///   block `j` of 32 values, for `h` in 0..2, the rows' four bytes whose byte `e`
+///   holds, two bits each from the bottom, values `16h + 4f + e` for `f` in 0..4;
+/// - Q3_K, `114w` bytes a super-block: the rows' f16 `d`, for each group `t` of 16
+///   values the rows' signed scales (`sc − 32`) as bytes, then for each block `j` of
+///   32 values its values plus 4 (0..8): for `h` in 0..2 the rows' four bytes whose
+///   byte `e` holds, two bits each from the bottom, the low bits of values
+///   `16h + 4f + e` for `f` in 0..4, then the rows' four bytes whose byte `e` holds
+///   at bit `4h + f` the third bit of the same value;
 /// - Q6_K, `210w` bytes a super-block of 256 values: the rows' f16 `d`, for each
 ///   group `t` of 16 values the rows' signed 8-bit scales, then for each block `j` of
 ///   32 values: the four low bits of its values in Q4_1's panel order (`16w` bytes),
@@ -48,8 +62,9 @@ pub(crate) const PANEL: usize = 8;
 ///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
 ///   elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
 ///
-/// A last 16-row panel past the matrix's rows holds zeros there, whose results are
-/// dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
+/// Q2_K, Q3_K and Q5_K have 256-bit kernels alone, so their panels are 8 rows on every
+/// CPU. A last 16-row panel past the matrix's rows holds zeros there, whose results
+/// are dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
 /// instruction, where two 8-row panels side by side take two loads and an insert
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
@@ -85,14 +100,17 @@ impl PackedMatrix {
         match layout {
             GgmlType::Q8_0 => 34 * rows * nb,
             GgmlType::Q5_1 => 24 * rows * nb,
+            GgmlType::Q2_K => 84 * rows * nb / 8,
+            GgmlType::Q3_K => 114 * rows * nb / 8,
             GgmlType::Q4_K => 148 * rows * nb / 8,
+            GgmlType::Q5_K => 180 * rows * nb / 8,
             GgmlType::Q6_K => 210 * rows * nb / 8,
             _ => 20 * rows * nb,
         }
     }
 
     /// Repacks `weights` (`n_rows × n_cols` of `ty`) when this CPU has the kernels for
-    /// the packed layout (AVX2; Q4_0, Q4_1 and Q8_0) and the rows fill whole 8-row panels;
+    /// the packed layout (AVX2) and the rows fill whole 8-row panels;
     /// `None` otherwise, and the matrix is used as stored.
     pub fn new(ty: GgmlType, weights: &[u8], n_rows: usize, n_cols: usize) -> Option<Self> {
         Self::pack(Isa::detect(), ty, weights, n_rows, n_cols)
@@ -107,18 +125,17 @@ impl PackedMatrix {
         n_cols: usize,
     ) -> Option<Self> {
         let (plus_128, width) = panels(isa)?;
-        if !matches!(
-            ty,
+        let width = match ty {
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K => PANEL,
             GgmlType::Q4_0
-                | GgmlType::Q4_1
-                | GgmlType::Q5_0
-                | GgmlType::Q5_1
-                | GgmlType::Q4_K
-                | GgmlType::Q6_K
-                | GgmlType::Q8_0
-        ) {
-            return None;
-        }
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q4_K
+            | GgmlType::Q6_K
+            | GgmlType::Q8_0 => width,
+            _ => return None,
+        };
         let rb = ty.row_bytes(n_cols).ok()?;
         if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
             return None;
@@ -139,13 +156,18 @@ impl PackedMatrix {
         let nb = n_cols / QK;
         let panel = Self::panel_bytes(layout, width, nb);
         let mut data = vec![0u8; n_rows.div_ceil(width) * panel];
-        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+        if matches!(
+            ty,
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        ) {
             for (p, dst) in data.chunks_exact_mut(panel).enumerate() {
                 let rows = p * width..((p + 1) * width).min(n_rows);
-                if ty == GgmlType::Q4_K {
-                    pack_q4_k(weights, rb, rows, width, dst);
-                } else {
-                    pack_q6_k(weights, rb, rows, width, dst);
+                match ty {
+                    GgmlType::Q2_K => pack_q2_k(weights, rb, rows, width, dst),
+                    GgmlType::Q3_K => pack_q3_k(weights, rb, rows, width, dst),
+                    GgmlType::Q4_K => pack_k4::<BlockQ4K>(weights, rb, rows, width, dst),
+                    GgmlType::Q5_K => pack_k4::<BlockQ5K>(weights, rb, rows, width, dst),
+                    _ => pack_q6_k(weights, rb, rows, width, dst),
                 }
             }
             return Some(PackedMatrix {
@@ -226,9 +248,58 @@ impl PackedMatrix {
     }
 }
 
-/// One panel of Q4_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
+/// One panel of Q4_K or Q5_K rows `rows` (rows of `rb` bytes in `weights`) into
+/// `dst`, in the layout [`PackedMatrix`] gives, `width` rows a panel.
+fn pack_k4<B: KBlock + bytemuck::Pod>(
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    width: usize,
+    dst: &mut [u8],
+) {
+    // Bytes of a sub-block's quants in the panel: the nibbles, and Q5_K's fifth bits.
+    let sub = if B::FIFTH_BITS {
+        20 * width
+    } else {
+        16 * width
+    };
+    for_each_super_block(
+        weights,
+        rb,
+        rows,
+        20 * width + 8 * sub,
+        dst,
+        |b: &B, r, out| {
+            let (scales, qh, qs) = b.parts();
+            out[2 * r..2 * r + 2].copy_from_slice(&scales.d.0);
+            out[2 * width + 2 * r..][..2].copy_from_slice(&scales.dmin.0);
+            let (sc, mn) = unpack_scales_k4(&scales.packed);
+            for j in 0..8 {
+                out[4 * width + j * width + r] = sc[j];
+                out[12 * width + j * width + r] = mn[j];
+            }
+            for j in 0..8 {
+                // Sub-block j's values: nibbles of bytes 32(j / 2).., low for even j.
+                let q = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let block = &mut out[20 * width + sub * j..][..sub];
+                put_nibbles(block, width, r, |l| (q[l] >> (4 * (j % 2))) & 0xF);
+                if let Some(qh) = qh {
+                    // Value l's fifth bit is bit j of byte l.
+                    let bit = |l: usize| (qh[l] >> j) & 1;
+                    for e in 0..4 {
+                        block[16 * width + 4 * r + e] = (0..4).fold(0u8, |acc, g| {
+                            acc | bit(4 * g + e) << (2 * g) | bit(16 + 4 * g + e) << (2 * g + 1)
+                        });
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// One panel of Q2_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
 /// the layout [`PackedMatrix`] gives, `width` rows a panel.
-fn pack_q4_k(
+fn pack_q2_k(
     weights: &[u8],
     rb: usize,
     rows: std::ops::Range<usize>,
@@ -239,21 +310,53 @@ fn pack_q4_k(
         weights,
         rb,
         rows,
-        148 * width,
+        84 * width,
         dst,
-        |b: &BlockQ4K, r, out| {
-            out[2 * r..2 * r + 2].copy_from_slice(&b.scales.d.0);
-            out[2 * width + 2 * r..][..2].copy_from_slice(&b.scales.dmin.0);
-            let (sc, mn) = unpack_scales_k4(&b.scales.packed);
-            for j in 0..8 {
-                out[4 * width + j * width + r] = sc[j];
-                out[12 * width + j * width + r] = mn[j];
+        |b: &BlockQ2K, r, out| {
+            out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
+            out[2 * width + 2 * r..][..2].copy_from_slice(&b.dmin.0);
+            for t in 0..16 {
+                out[4 * width + t * width + r] = b.scales[t];
             }
             for j in 0..8 {
-                // Sub-block j's values: nibbles of bytes 32(j / 2).., low for even j.
-                let q = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
-                let block = &mut out[20 * width + 16 * width * j..][..16 * width];
-                put_nibbles(block, width, r, |l| (q[l] >> (4 * (j % 2))) & 0xF);
+                let block = &mut out[20 * width + 8 * width * j..][..8 * width];
+                put_two_bits(block, width, r, |k| low_bits(&b.qs, 32 * j + k));
+            }
+        },
+    );
+}
+
+/// One panel of Q3_K rows `rows` (rows of `rb` bytes in `weights`) into `dst`, in
+/// the layout [`PackedMatrix`] gives, `width` rows a panel.
+fn pack_q3_k(
+    weights: &[u8],
+    rb: usize,
+    rows: std::ops::Range<usize>,
+    width: usize,
+    dst: &mut [u8],
+) {
+    for_each_super_block(
+        weights,
+        rb,
+        rows,
+        114 * width,
+        dst,
+        |b: &BlockQ3K, r, out| {
+            out[2 * r..2 * r + 2].copy_from_slice(&b.d.0);
+            for t in 0..16 {
+                out[2 * width + t * width + r] = b.scale(t) as u8;
+            }
+            for j in 0..8 {
+                // Block j's values, unsigned (0..8).
+                let u = |k: usize| (b.value(32 * j + k) + 4) as u8;
+                let block = &mut out[18 * width + 12 * width * j..][..12 * width];
+                put_two_bits(block, width, r, |k| u(k) & 3);
+                for e in 0..4 {
+                    block[8 * width + 4 * r + e] = (0..8).fold(0u8, |acc, bit| {
+                        let (h, f) = (bit / 4, bit % 4);
+                        acc | (u(16 * h + 4 * f + e) >> 2) << bit
+                    });
+                }
             }
         },
     );
@@ -314,6 +417,17 @@ fn for_each_super_block<B: bytemuck::Pod>(
         for (r, row) in rows.clone().enumerate() {
             let at = row * rb + sb * size;
             pack(bytemuck::from_bytes(&weights[at..at + size]), r, out);
+        }
+    }
+}
+
+/// Row `r`'s eight bytes of a block of 32 two-bit values (`value(k)`, 0..4), as the
+/// Q2_K panels hold them (`block` holding a panel's `8 · width` bytes).
+fn put_two_bits(block: &mut [u8], width: usize, r: usize, value: impl Fn(usize) -> u8) {
+    for h in 0..2 {
+        for e in 0..4 {
+            block[4 * width * h + 4 * r + e] =
+                (0..4).fold(0u8, |acc, f| acc | value(16 * h + 4 * f + e) << (2 * f));
         }
     }
 }

@@ -235,12 +235,15 @@ fn matmul_many_matches_separate_matmuls() {
 }
 
 /// The formats that [`PackedMatrix`] repacks.
-const PANEL_FORMATS: [GgmlType; 7] = [
+const PANEL_FORMATS: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_0,
 ];
@@ -308,7 +311,9 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
             .collect();
         // Finite, modest scales (and mins): random f16 bits may be NaN.
         let at: &[usize] = match ty {
-            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q2_K => &[80, 82],
+            GgmlType::Q3_K => &[108],
             GgmlType::Q6_K => &[208],
             _ => &[0],
         };

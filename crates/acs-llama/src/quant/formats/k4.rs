@@ -62,11 +62,16 @@ pub(crate) type KParts<'a> = (&'a KScales, Option<&'a [u8; QK_K / 8]>, &'a [u8; 
 
 /// The Q4_K and Q5_K super-blocks, seen alike.
 pub(crate) trait KBlock {
+    /// Whether the block has fifth bits (Q5_K).
+    const FIFTH_BITS: bool;
+
     /// The block's parts.
     fn parts(&self) -> KParts<'_>;
 }
 
 impl KBlock for BlockQ4K {
+    const FIFTH_BITS: bool = false;
+
     #[inline(always)]
     fn parts(&self) -> KParts<'_> {
         (&self.scales, None, &self.qs)
@@ -74,6 +79,8 @@ impl KBlock for BlockQ4K {
 }
 
 impl KBlock for BlockQ5K {
+    const FIFTH_BITS: bool = true;
+
     #[inline(always)]
     fn parts(&self) -> KParts<'_> {
         (&self.scales, Some(&self.qh), &self.qs)

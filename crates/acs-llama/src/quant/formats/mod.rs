@@ -16,15 +16,15 @@ pub(crate) use float::{Bf16, F16, F32};
 pub(crate) use iq4::{BlockIq4Nl, BlockIq4Xs, IQ4_NL, IQ4_VALUES, IQ4_XS};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use k4::KScales;
-pub(crate) use k4::{BlockQ4K, BlockQ5K, Q4K, Q5K, unpack_scales_k4};
-pub(crate) use q2_k::{BlockQ2K, Q2K};
+pub(crate) use k4::{BlockQ4K, BlockQ5K, KBlock, Q4K, Q5K, unpack_scales_k4};
+pub(crate) use q2_k::{BlockQ2K, Q2K, low_bits};
 pub(crate) use q3_k::{BlockQ3K, Q3K};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use q4::Q4Block;
 pub(crate) use q4::{BlockQ4_0, BlockQ4_1, Q4_0, Q4_1};
 pub(crate) use q5::{BlockQ5_0, BlockQ5_1, Q5_0, Q5_1};
 pub(crate) use q6_k::{BlockQ6K, Q6K};
 pub(crate) use q8_0::{BlockQ8_0, Q8_0};
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub(crate) use {k4::KBlock, q4::Q4Block};
 
 use super::QK;
 use super::activations::BlockQ8;

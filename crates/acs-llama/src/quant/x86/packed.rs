@@ -173,20 +173,23 @@ fn bytes8_ps(b: &[u8]) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
 }
 
-/// Q4_K panels of a [`PackedMatrix`] against `V` vectors: per super-block, its
-/// sub-blocks run the Q4_1 panels' loop (`$step`, `$widen`), with each sub-block's
-/// scale `d·sc` and min `dmin·m` made from the rows' f16 `d`, `dmin` and 6-bit
-/// bytes. Every (row, vector) pair sees the same operations in the same order
-/// whatever `V`.
-macro_rules! packed_q4_k_kernel {
-    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+/// Q4_K (and Q5_K) panels of a [`PackedMatrix`] against `V` vectors: per
+/// super-block, its sub-blocks run the Q4_1 (Q5_1) panels' loop (`$step`,
+/// `$widen`), with each sub-block's scale `d·sc` and min `dmin·m` made from the
+/// rows' f16 `d`, `dmin` and 6-bit bytes. Every (row, vector) pair sees the same
+/// operations in the same order whatever `V`.
+macro_rules! packed_k4_kernel {
+    ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal) => {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            // A sub-block's bytes, and a super-block's (`PackedMatrix` has the layout).
+            let sub = if $q5 { 160 } else { 128 };
+            let bytes = 160 + 8 * sub;
             let share = prefetch_stride(ahead, x.nb / 8);
             let mut acc = [_mm256_setzero_ps(); V];
             for sb in 0..x.nb / 8 {
-                let b = &panel[1184 * sb..1184 * sb + 1184];
+                let b = &panel[bytes * sb..bytes * sb + bytes];
                 prefetch_share(ahead, sb, share);
                 let d = _mm256_cvtph_ps(load16(b));
                 let dmin = _mm256_cvtph_ps(load16(&b[16..]));
@@ -194,8 +197,9 @@ macro_rules! packed_q4_k_kernel {
                     let i = 8 * sb + j;
                     let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
                     let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
-                    let q = &b[160 + 128 * j..160 + 128 * j + 128];
-                    let sums = nibble_sums!($step, q, None, x, i);
+                    let q = &b[160 + sub * j..160 + sub * (j + 1)];
+                    let high = if $q5 { Some(load32(&q[128..])) } else { None };
+                    let sums = nibble_sums!($step, q, high, x, i);
                     for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
                         let xb = &x.blocks[v * x.nb + i];
                         let p = _mm256_cvtepi32_ps($widen(s));
@@ -208,16 +212,189 @@ macro_rules! packed_q4_k_kernel {
         }
     };
 }
-packed_q4_k_kernel!(
+packed_k4_kernel!(
     packed_q4_k_vnni,
     "avx2,fma,f16c,avxvnni",
     q4_1_step_vnni,
-    q4_1_widen_vnni
+    q4_1_widen_vnni,
+    q5: false
 );
-packed_q4_k_kernel!(
+packed_k4_kernel!(
     packed_q4_k_plain,
     "avx2,fma,f16c",
     q4_1_step_plain,
+    q4_1_widen_plain,
+    q5: false
+);
+packed_k4_kernel!(
+    packed_q5_k_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q4_1_step_vnni,
+    q4_1_widen_vnni,
+    q5: true
+);
+packed_k4_kernel!(
+    packed_q5_k_plain,
+    "avx2,fma,f16c",
+    q5_step_plain,
+    q4_1_widen_vnni,
+    q5: true
+);
+
+/// `s +` Σ u8 × i8 of four values of at most 3 bits per lane without VNNI, in 16
+/// bits: a half-block's four steps reach 4 × 2 × 7 × 127, well inside them, and one
+/// `vpmaddwd` ([`q4_1_widen_plain`]) widens the half's sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn small_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
+}
+
+/// Q3_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values,
+/// two halves of 16 (their scales differ), each four groups of four values a row
+/// made from their two low bits and their third, summed (`$step`, `$widen`); the
+/// `4 ×` offset of the stored values comes off each half in integers with the
+/// activations' half sums, then the halves' scales `d·sc` (exact in f32). Every
+/// (row, vector) pair sees the same operations in the same order whatever `V`.
+macro_rules! packed_q3_k_kernel {
+    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let (two, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+            let share = prefetch_stride(ahead, x.nb / 8);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for sb in 0..x.nb / 8 {
+                let b = &panel[912 * sb..912 * sb + 912];
+                prefetch_share(ahead, sb, share);
+                let d = _mm256_cvtph_ps(load16(b));
+                for j in 0..8 {
+                    let i = 8 * sb + j;
+                    let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
+                    let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
+                    let q = &b[144 + 96 * j..144 + 96 * j + 96];
+                    let hw = load32(&q[64..]);
+                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                    let mut halves = [[_mm256_setzero_si256(); V]; 2];
+                    for (h, sums) in halves.iter_mut().enumerate() {
+                        let wg = load32(&q[32 * h..]);
+                        for f in 0..4 {
+                            let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+                            let low = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), two);
+                            let third =
+                                _mm256_and_si256(_mm256_srl_epi16(hw, shift(4 * h + f)), one);
+                            let w = _mm256_or_si256(low, _mm256_slli_epi16(third, 2));
+                            for (s, qs) in sums.iter_mut().zip(xs) {
+                                *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
+                            }
+                        }
+                    }
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let half = |h: usize| {
+                            let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
+                            _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
+                        };
+                        let xd = _mm256_set1_ps(xb.d);
+                        acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
+                        acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
+                    }
+                }
+            }
+            std::array::from_fn(|v| lanes(acc[v]))
+        }
+    };
+}
+packed_q3_k_kernel!(
+    packed_q3_k_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q6_step_vnni,
+    q4_1_widen_vnni
+);
+packed_q3_k_kernel!(
+    packed_q3_k_plain,
+    "avx2,fma,f16c",
+    small_step_plain,
+    q4_1_widen_plain
+);
+
+/// Eight rows' Q2_K scale and min bytes of one group of 16 values, as floats: the
+/// scales (low nibbles) and the mins (high ones).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibbles8_ps(b: &[u8]) -> (__m256, __m256) {
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let bytes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
+    let low = _mm256_and_si256(bytes, _mm256_set1_epi32(0xF));
+    let high = _mm256_srli_epi32(bytes, 4);
+    (_mm256_cvtepi32_ps(low), _mm256_cvtepi32_ps(high))
+}
+
+/// Q2_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values,
+/// two halves of 16 (their scales and mins differ), each four groups of four 2-bit
+/// values a row, summed (`$step`, `$widen`) and scaled by `d·sc`; each half's min
+/// `dmin·m` takes the activations' half sum off. Every (row, vector) pair sees the
+/// same operations in the same order whatever `V`.
+macro_rules! packed_q2_k_kernel {
+    ($name:ident, $features:tt, $step:ident, $widen:ident) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let two = _mm256_set1_epi8(3);
+            let share = prefetch_stride(ahead, x.nb / 8);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for sb in 0..x.nb / 8 {
+                let b = &panel[672 * sb..672 * sb + 672];
+                prefetch_share(ahead, sb, share);
+                let d = _mm256_cvtph_ps(load16(b));
+                let dmin = _mm256_cvtph_ps(load16(&b[16..]));
+                for j in 0..8 {
+                    let i = 8 * sb + j;
+                    let scaled = |at: usize| {
+                        let (sc, mn) = nibbles8_ps(&b[at..]);
+                        (_mm256_mul_ps(d, sc), _mm256_mul_ps(dmin, mn))
+                    };
+                    let (sc_lo, mn_lo) = scaled(32 + 16 * j);
+                    let (sc_hi, mn_hi) = scaled(40 + 16 * j);
+                    let q = &b[160 + 64 * j..160 + 64 * j + 64];
+                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+                    let mut halves = [[_mm256_setzero_si256(); V]; 2];
+                    for (h, sums) in halves.iter_mut().enumerate() {
+                        let wg = load32(&q[32 * h..]);
+                        for f in 0..4 {
+                            let shift = _mm_cvtsi32_si128(2 * f as i32);
+                            let w = _mm256_and_si256(_mm256_srl_epi16(wg, shift), two);
+                            for (s, qs) in sums.iter_mut().zip(xs) {
+                                *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
+                            }
+                        }
+                    }
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let xd = _mm256_set1_ps(xb.d);
+                        let half = |h: usize| _mm256_cvtepi32_ps($widen(halves[h][v]));
+                        let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]) * xb.d);
+                        acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
+                        acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
+                        acc[v] = _mm256_fnmadd_ps(mn_lo, xsum(0), acc[v]);
+                        acc[v] = _mm256_fnmadd_ps(mn_hi, xsum(1), acc[v]);
+                    }
+                }
+            }
+            std::array::from_fn(|v| lanes(acc[v]))
+        }
+    };
+}
+packed_q2_k_kernel!(
+    packed_q2_k_vnni,
+    "avx2,fma,f16c,avxvnni",
+    q6_step_vnni,
+    q4_1_widen_vnni
+);
+packed_q2_k_kernel!(
+    packed_q2_k_plain,
+    "avx2,fma,f16c",
+    small_step_plain,
     q4_1_widen_plain
 );
 
@@ -516,8 +693,14 @@ pub(crate) fn packed_rows(
                     (GgmlType::Q8_0, false) => tiles!(packed_q8_0_plain, nv, emit, panel, ahead, x),
                     (GgmlType::Q5_1, true) => tiles!(packed_q5_1_vnni, nv, emit, panel, ahead, x),
                     (GgmlType::Q5_1, false) => tiles!(packed_q5_1_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q2_K, true) => tiles!(packed_q2_k_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q2_K, false) => tiles!(packed_q2_k_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q3_K, true) => tiles!(packed_q3_k_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q3_K, false) => tiles!(packed_q3_k_plain, nv, emit, panel, ahead, x),
                     (GgmlType::Q4_K, true) => tiles!(packed_q4_k_vnni, nv, emit, panel, ahead, x),
                     (GgmlType::Q4_K, false) => tiles!(packed_q4_k_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_K, true) => tiles!(packed_q5_k_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_K, false) => tiles!(packed_q5_k_plain, nv, emit, panel, ahead, x),
                     (GgmlType::Q6_K, true) => tiles!(packed_q6_k_vnni, nv, emit, panel, ahead, x),
                     (GgmlType::Q6_K, false) => tiles!(packed_q6_k_plain, nv, emit, panel, ahead, x),
                     (_, true) => tiles!(packed_q4_1_vnni, nv, emit, panel, ahead, x),

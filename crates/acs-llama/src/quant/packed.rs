@@ -23,14 +23,17 @@ pub(crate) const PANEL: usize = 8;
 /// the AVX-512 ones (one register's lanes); in each, block after block:
 /// - Q4_1, `20w` bytes: the rows' f16 scales, their f16 mins, then for `g` in 0..4
 ///   the rows' quant bytes `4g..4g + 4` (low nibbles: values `4g..`, high nibbles:
-///   values `16 + 4g..`); Q4_0 comes in the same panels, its value `d·(q − 8)` being
-///   Q4_1's `d·q + m` with the min `m = −8d`, exact in f16 (a power of two times `d`;
-///   a matrix whose `8|d|` would overflow stays unpacked), so one set of kernels
-///   serves both;
+///   values `16 + 4g..`);
+/// - Q4_0, `18w` bytes: Q4_1's without the mins; its value `d·(q − 8)` is Q4_1's
+///   `d·q + m` with the min `m = −8d`, which the kernels make in f32, so one set of
+///   kernels serves both. The AVX-512 kernels take Q4_0 in Q4_1's panels, the min
+///   stored (exact in f16, a power of two times `d`; a matrix whose `8|d|` would
+///   overflow stays unpacked);
 /// - Q5_1, `24w` bytes: Q4_1's panel of the low four bits, then the rows' fifth bits,
 ///   four bytes a row whose byte `e` holds, from the bottom, the bits of values
 ///   `4g + e` and `16 + 4g + e` for `g` in 0..4 (the values of Q4_1's group `g`);
-///   Q5_0 comes in the same panels with the min `m = −16d`, as Q4_0 in Q4_1's;
+/// - Q5_0, `22w` bytes: Q5_1's without the mins, `m = −16d` (as Q4_0's; the AVX-512
+///   kernels take it in Q5_1's panels);
 /// - Q4_K, `148w` bytes a super-block of 256 values: the rows' f16 `d`, their f16
 ///   `dmin`, for each sub-block `j` in 0..8 the rows' 6-bit scales as bytes, then the
 ///   same for the mins, then for each sub-block the rows' 16 quant bytes in Q4_1's
@@ -69,8 +72,8 @@ pub(crate) const PANEL: usize = 8;
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
-    /// The panels' layout: Q4_1 (for Q4_0 matrices too), Q5_1 (for Q5_0 too), Q4_K,
-    /// Q6_K or Q8_0.
+    /// The panels' layout: the matrix's format, or Q4_1 (Q5_1) for a Q4_0 (Q5_0)
+    /// matrix in 16-row panels.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -100,6 +103,8 @@ impl PackedMatrix {
         match layout {
             GgmlType::Q8_0 => 34 * rows * nb,
             GgmlType::Q5_1 => 24 * rows * nb,
+            GgmlType::Q5_0 => 22 * rows * nb,
+            GgmlType::Q4_0 => 18 * rows * nb,
             GgmlType::Q2_K => 84 * rows * nb / 8,
             GgmlType::Q3_K => 114 * rows * nb / 8,
             GgmlType::Q4_K => 148 * rows * nb / 8,
@@ -140,17 +145,19 @@ impl PackedMatrix {
         if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
             return None;
         }
+        // The AVX-512 kernels take Q4_0 (Q5_0) in Q4_1's (Q5_1's) panels.
+        let wide = width == 2 * PANEL;
         let fits = match ty {
-            GgmlType::Q4_0 => offset_mins_fit::<BlockQ4_0>(weights, |b| b.d, 8.0),
-            GgmlType::Q5_0 => offset_mins_fit::<BlockQ5_0>(weights, |b| b.d, 16.0),
+            GgmlType::Q4_0 if wide => offset_mins_fit::<BlockQ4_0>(weights, |b| b.d, 8.0),
+            GgmlType::Q5_0 if wide => offset_mins_fit::<BlockQ5_0>(weights, |b| b.d, 16.0),
             _ => true,
         };
         if !fits {
             return None;
         }
         let layout = match ty {
-            GgmlType::Q4_0 => GgmlType::Q4_1,
-            GgmlType::Q5_0 => GgmlType::Q5_1,
+            GgmlType::Q4_0 if wide => GgmlType::Q4_1,
+            GgmlType::Q5_0 if wide => GgmlType::Q5_1,
             _ => ty,
         };
         let nb = n_cols / QK;
@@ -186,42 +193,49 @@ impl PackedMatrix {
                 for (r, row) in rows.clone().enumerate() {
                     let at = row * rb + src_block * i;
                     let b = &weights[at..at + src_block];
-                    // Scale, min, low nibbles and, for Q5, the fifth bits' word.
+                    // Scale, min (none in Q4_0's and Q5_0's own panels), low
+                    // nibbles and, for Q5, the fifth bits' word.
+                    let min = |d: Half, offset: f32| wide.then(|| offset_min(d, offset));
                     let q4 = match ty {
                         GgmlType::Q4_1 => {
                             let b: &BlockQ4_1 = bytemuck::from_bytes(b);
-                            Some((b.d, b.m, &b.qs, None))
+                            Some((b.d, Some(b.m), &b.qs, None))
                         }
                         GgmlType::Q4_0 => {
                             let b: &BlockQ4_0 = bytemuck::from_bytes(b);
-                            Some((b.d, offset_min(b.d, 8.0), &b.qs, None))
+                            Some((b.d, min(b.d, 8.0), &b.qs, None))
                         }
                         GgmlType::Q5_1 => {
                             let b: &BlockQ5_1 = bytemuck::from_bytes(b);
-                            Some((b.d, b.m, &b.qs, Some(b.qh)))
+                            Some((b.d, Some(b.m), &b.qs, Some(b.qh)))
                         }
                         GgmlType::Q5_0 => {
                             let b: &BlockQ5_0 = bytemuck::from_bytes(b);
-                            Some((b.d, offset_min(b.d, 16.0), &b.qs, Some(b.qh)))
+                            Some((b.d, min(b.d, 16.0), &b.qs, Some(b.qh)))
                         }
                         _ => None,
                     };
                     if let Some((d, m, qs, qh)) = q4 {
                         out[2 * r..2 * r + 2].copy_from_slice(&d.0);
-                        let at = 2 * width + 2 * r;
-                        out[at..at + 2].copy_from_slice(&m.0);
+                        // Where the nibbles start: after the mins, if the layout has them.
+                        let mut nibbles = 2 * width;
+                        if let Some(m) = m {
+                            out[nibbles + 2 * r..][..2].copy_from_slice(&m.0);
+                            nibbles += 2 * width;
+                        }
                         for (g, q) in qs.chunks_exact(4).enumerate() {
-                            let at = 4 * width * (g + 1) + 4 * r;
+                            let at = nibbles + 4 * width * g + 4 * r;
                             out[at..at + 4].copy_from_slice(q);
                         }
                         if let Some(qh) = qh {
                             let h = u32::from_le_bytes(qh);
                             let bit = |v: usize| ((h >> v) & 1) as u8;
                             for e in 0..4 {
-                                out[20 * width + 4 * r + e] = (0..4).fold(0u8, |acc, g| {
-                                    acc | bit(4 * g + e) << (2 * g)
-                                        | bit(16 + 4 * g + e) << (2 * g + 1)
-                                });
+                                out[nibbles + 16 * width + 4 * r + e] =
+                                    (0..4).fold(0u8, |acc, g| {
+                                        acc | bit(4 * g + e) << (2 * g)
+                                            | bit(16 + 4 * g + e) << (2 * g + 1)
+                                    });
                             }
                         }
                     } else {

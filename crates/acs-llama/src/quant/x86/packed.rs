@@ -103,28 +103,41 @@ fn q5_step_plain(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i)
     _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
 }
 
-/// Q4_1 panels of a [`PackedMatrix`] against `V` vectors, compiled once per
-/// way of summing a block (`$step`, `$widen`): each lane of the accumulators is one
-/// of the panel's eight rows. One accumulator per vector takes both a block's
-/// scaled sum and its mins term: two per vector left four vectors short of the 16
-/// AVX2 registers (20 spills per block; 6 now). Every (row, vector) pair sees the
-/// same operations in the same order whatever `V`, so batched and single results
-/// agree exactly.
+/// Q4_1 panels of a [`PackedMatrix`] against `V` vectors (Q5_1's where `q5`; Q4_0's
+/// and Q5_0's, which store no mins, where `offset` is their `m = −offset·d`),
+/// compiled once per way of summing a block (`$step`, `$widen`): each lane of the
+/// accumulators is one of the panel's eight rows. One accumulator per vector takes
+/// both a block's scaled sum and its mins term: two per vector left four vectors
+/// short of the 16 AVX2 registers (20 spills per block; 6 now). Every (row, vector)
+/// pair sees the same operations in the same order whatever `V`, so batched and
+/// single results agree exactly; and a made min equals the stored one (−8d and
+/// −16d are exact), so Q4_0 gives what it gives in Q4_1's panels.
 macro_rules! packed_q4_1_kernel {
-    ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal) => {
+    ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal,
+     offset: $offset:expr) => {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let bytes = if $q5 { 192 } else { 160 };
+            let offset: Option<f32> = $offset;
+            // Where the nibbles start, and a block's bytes (`PackedMatrix` has them).
+            let nibbles = if offset.is_some() { 16 } else { 32 };
+            let bytes = nibbles + if $q5 { 160 } else { 128 };
             let share = prefetch_stride(ahead, x.nb);
             let mut acc = [_mm256_setzero_ps(); V];
             for i in 0..x.nb {
                 let b = &panel[bytes * i..bytes * i + bytes];
                 prefetch_share(ahead, i, share);
-                let high = if $q5 { Some(load32(&b[160..])) } else { None };
-                let sums = nibble_sums!($step, &b[32..], high, x, i);
+                let high = if $q5 {
+                    Some(load32(&b[nibbles + 128..]))
+                } else {
+                    None
+                };
+                let sums = nibble_sums!($step, &b[nibbles..], high, x, i);
                 let d = _mm256_cvtph_ps(load16(b));
-                let m = _mm256_cvtph_ps(load16(&b[16..]));
+                let m = match offset {
+                    Some(o) => _mm256_mul_ps(d, _mm256_set1_ps(-o)),
+                    None => _mm256_cvtph_ps(load16(&b[16..])),
+                };
                 for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
                     let xb = &x.blocks[v * x.nb + i];
                     let p = _mm256_cvtepi32_ps($widen(s));
@@ -136,34 +149,22 @@ macro_rules! packed_q4_1_kernel {
         }
     };
 }
-packed_q4_1_kernel!(
-    packed_q4_1_vnni,
-    "avx2,fma,f16c,avxvnni",
-    q4_1_step_vnni,
-    q4_1_widen_vnni,
-    q5: false
-);
-packed_q4_1_kernel!(
-    packed_q4_1_plain,
-    "avx2,fma,f16c",
-    q4_1_step_plain,
-    q4_1_widen_plain,
-    q5: false
-);
-packed_q4_1_kernel!(
-    packed_q5_1_vnni,
-    "avx2,fma,f16c,avxvnni",
-    q4_1_step_vnni,
-    q4_1_widen_vnni,
-    q5: true
-);
-packed_q4_1_kernel!(
-    packed_q5_1_plain,
-    "avx2,fma,f16c",
-    q5_step_plain,
-    q4_1_widen_vnni,
-    q5: true
-);
+packed_q4_1_kernel!(packed_q4_1_vnni, "avx2,fma,f16c,avxvnni", q4_1_step_vnni,
+    q4_1_widen_vnni, q5: false, offset: None);
+packed_q4_1_kernel!(packed_q4_1_plain, "avx2,fma,f16c", q4_1_step_plain,
+    q4_1_widen_plain, q5: false, offset: None);
+packed_q4_1_kernel!(packed_q4_0_vnni, "avx2,fma,f16c,avxvnni", q4_1_step_vnni,
+    q4_1_widen_vnni, q5: false, offset: Some(8.0));
+packed_q4_1_kernel!(packed_q4_0_plain, "avx2,fma,f16c", q4_1_step_plain,
+    q4_1_widen_plain, q5: false, offset: Some(8.0));
+packed_q4_1_kernel!(packed_q5_1_vnni, "avx2,fma,f16c,avxvnni", q4_1_step_vnni,
+    q4_1_widen_vnni, q5: true, offset: None);
+packed_q4_1_kernel!(packed_q5_1_plain, "avx2,fma,f16c", q5_step_plain,
+    q4_1_widen_vnni, q5: true, offset: None);
+packed_q4_1_kernel!(packed_q5_0_vnni, "avx2,fma,f16c,avxvnni", q4_1_step_vnni,
+    q4_1_widen_vnni, q5: true, offset: Some(16.0));
+packed_q4_1_kernel!(packed_q5_0_plain, "avx2,fma,f16c", q5_step_plain,
+    q4_1_widen_vnni, q5: true, offset: Some(16.0));
 
 /// Eight rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
 #[inline]
@@ -691,6 +692,10 @@ pub(crate) fn packed_rows(
                     }
                     (GgmlType::Q8_0, true) => tiles!(packed_q8_0_vnni, nv, emit, panel, ahead, x),
                     (GgmlType::Q8_0, false) => tiles!(packed_q8_0_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q4_0, true) => tiles!(packed_q4_0_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q4_0, false) => tiles!(packed_q4_0_plain, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_0, true) => tiles!(packed_q5_0_vnni, nv, emit, panel, ahead, x),
+                    (GgmlType::Q5_0, false) => tiles!(packed_q5_0_plain, nv, emit, panel, ahead, x),
                     (GgmlType::Q5_1, true) => tiles!(packed_q5_1_vnni, nv, emit, panel, ahead, x),
                     (GgmlType::Q5_1, false) => tiles!(packed_q5_1_plain, nv, emit, panel, ahead, x),
                     (GgmlType::Q2_K, true) => tiles!(packed_q2_k_vnni, nv, emit, panel, ahead, x),

@@ -229,14 +229,8 @@ impl PackedMatrix {
                         }
                         if let Some(qh) = qh {
                             let h = u32::from_le_bytes(qh);
-                            let bit = |v: usize| ((h >> v) & 1) as u8;
-                            for e in 0..4 {
-                                out[nibbles + 16 * width + 4 * r + e] =
-                                    (0..4).fold(0u8, |acc, g| {
-                                        acc | bit(4 * g + e) << (2 * g)
-                                            | bit(16 + 4 * g + e) << (2 * g + 1)
-                                    });
-                            }
+                            let high = &mut out[nibbles + 16 * width..];
+                            put_fifth_bits(high, r, |v| ((h >> v) & 1) as u8);
                         }
                     } else {
                         let b: &BlockQ8_0 = bytemuck::from_bytes(b);
@@ -299,12 +293,7 @@ fn pack_k4<B: KBlock + bytemuck::Pod>(
                 put_nibbles(block, width, r, |l| (q[l] >> (4 * (j % 2))) & 0xF);
                 if let Some(qh) = qh {
                     // Value l's fifth bit is bit j of byte l.
-                    let bit = |l: usize| (qh[l] >> j) & 1;
-                    for e in 0..4 {
-                        block[16 * width + 4 * r + e] = (0..4).fold(0u8, |acc, g| {
-                            acc | bit(4 * g + e) << (2 * g) | bit(16 + 4 * g + e) << (2 * g + 1)
-                        });
-                    }
+                    put_fifth_bits(&mut block[16 * width..], r, |l| (qh[l] >> j) & 1);
                 }
             }
         },
@@ -432,6 +421,17 @@ fn for_each_super_block<B: bytemuck::Pod>(
             let at = row * rb + sb * size;
             pack(bytemuck::from_bytes(&weights[at..at + size]), r, out);
         }
+    }
+}
+
+/// Row `r`'s four bytes of a block's fifth bits (`bit(k)`, 0 or 1, of value `k`) in
+/// the Q5 panels' order (`high` starting at a panel's fifth-bit words): byte `e`
+/// holds the bits of values `4g + e` and `16 + 4g + e` at bits `2g` and `2g + 1`.
+fn put_fifth_bits(high: &mut [u8], r: usize, bit: impl Fn(usize) -> u8) {
+    for e in 0..4 {
+        high[4 * r + e] = (0..4).fold(0u8, |acc, g| {
+            acc | bit(4 * g + e) << (2 * g) | bit(16 + 4 * g + e) << (2 * g + 1)
+        });
     }
 }
 

@@ -251,6 +251,35 @@ fn small_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
 }
 
+/// One block's two-bit values of a Q2_K or Q3_K panel (`$q`: for each half, four
+/// bytes a row, values `16h + 4f + e` at bits `2f` of byte `e`; with Q3_K's third
+/// bits where `$third` has them, bit `4h + f` of byte `e`) against block `$i` of the
+/// calling kernel's `V` vectors (`$x`), summed by `$step` into one sum per half and
+/// vector. A macro, so that each kernel inlines its own.
+macro_rules! two_bit_halves {
+    ($step:ident, $q:expr, $third:expr, $x:expr, $i:expr) => {{
+        let (q, third, x, i): (&[u8], Option<__m256i>, Xs<'_>, usize) = ($q, $third, $x, $i);
+        let (two, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+        let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+        let mut halves = [[_mm256_setzero_si256(); V]; 2];
+        for (h, sums) in halves.iter_mut().enumerate() {
+            let wg = load32(&q[32 * h..]);
+            for f in 0..4 {
+                let mut w = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), two);
+                if let Some(hw) = third {
+                    let bit = _mm256_and_si256(_mm256_srl_epi16(hw, shift(4 * h + f)), one);
+                    w = _mm256_or_si256(w, _mm256_slli_epi16(bit, 2));
+                }
+                for (s, qs) in sums.iter_mut().zip(xs) {
+                    *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
+                }
+            }
+        }
+        halves
+    }};
+}
+
 /// Q3_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values,
 /// two halves of 16 (their scales differ), each four groups of four values a row
 /// made from their two low bits and their third, summed (`$step`, `$widen`); the
@@ -262,7 +291,6 @@ macro_rules! packed_q3_k_kernel {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let (two, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
             let share = prefetch_stride(ahead, x.nb / 8);
             let mut acc = [_mm256_setzero_ps(); V];
             for sb in 0..x.nb / 8 {
@@ -274,22 +302,7 @@ macro_rules! packed_q3_k_kernel {
                     let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
                     let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
                     let q = &b[144 + 96 * j..144 + 96 * j + 96];
-                    let hw = load32(&q[64..]);
-                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-                    let mut halves = [[_mm256_setzero_si256(); V]; 2];
-                    for (h, sums) in halves.iter_mut().enumerate() {
-                        let wg = load32(&q[32 * h..]);
-                        for f in 0..4 {
-                            let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
-                            let low = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), two);
-                            let third =
-                                _mm256_and_si256(_mm256_srl_epi16(hw, shift(4 * h + f)), one);
-                            let w = _mm256_or_si256(low, _mm256_slli_epi16(third, 2));
-                            for (s, qs) in sums.iter_mut().zip(xs) {
-                                *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
-                            }
-                        }
-                    }
+                    let halves = two_bit_halves!($step, q, Some(load32(&q[64..])), x, i);
                     for v in 0..V {
                         let xb = &x.blocks[v * x.nb + i];
                         let half = |h: usize| {
@@ -341,7 +354,6 @@ macro_rules! packed_q2_k_kernel {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let two = _mm256_set1_epi8(3);
             let share = prefetch_stride(ahead, x.nb / 8);
             let mut acc = [_mm256_setzero_ps(); V];
             for sb in 0..x.nb / 8 {
@@ -358,18 +370,7 @@ macro_rules! packed_q2_k_kernel {
                     let (sc_lo, mn_lo) = scaled(32 + 16 * j);
                     let (sc_hi, mn_hi) = scaled(40 + 16 * j);
                     let q = &b[160 + 64 * j..160 + 64 * j + 64];
-                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-                    let mut halves = [[_mm256_setzero_si256(); V]; 2];
-                    for (h, sums) in halves.iter_mut().enumerate() {
-                        let wg = load32(&q[32 * h..]);
-                        for f in 0..4 {
-                            let shift = _mm_cvtsi32_si128(2 * f as i32);
-                            let w = _mm256_and_si256(_mm256_srl_epi16(wg, shift), two);
-                            for (s, qs) in sums.iter_mut().zip(xs) {
-                                *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
-                            }
-                        }
-                    }
+                    let halves = two_bit_halves!($step, q, None, x, i);
                     for v in 0..V {
                         let xb = &x.blocks[v * x.nb + i];
                         let xd = _mm256_set1_ps(xb.d);

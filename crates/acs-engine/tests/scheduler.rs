@@ -384,6 +384,26 @@ fn requests_wait_for_kv_memory_and_huge_ones_are_refused() {
     assert!(per_token > 0);
 }
 
+/// Sizes that would wrap saturate (a usize is 32 bits on wasm32, where a request's
+/// `n × max_tokens` or its bytes of KV memory can pass 2^32): such a request is
+/// refused as too big, neither admitted as a small one nor a panic.
+#[test]
+fn sizes_that_would_wrap_are_refused_not_admitted() {
+    let m = model();
+    let mut s = scheduler(&m);
+    let req = CompletionRequest::from_value(
+        &json!({"model":"m","prompt":[5, 6],"max_tokens":4}),
+        Endpoint::Completions,
+    )
+    .unwrap();
+    let mut g = prepare(&req, &m, &model_info(&m, "m", 0), &Default::default(), 1).unwrap();
+    g.n = usize::MAX / 3;
+    assert_eq!(g.kv_tokens(true), usize::MAX);
+    assert_eq!(g.kv_tokens(false), usize::MAX);
+    let e = s.submit(g, Box::new(|_| true)).unwrap_err();
+    assert_eq!(e.status(), 400, "{e:?}");
+}
+
 /// A short prompt is prefilled at once beside a long one that is still prefilling in
 /// chunks: it ends long before the long prompt has even been read.
 #[test]

@@ -48,9 +48,10 @@ impl SchedulerConfig {
         let need = generation.kv_tokens(shared_prompts);
         if need > self.kv_capacity_tokens {
             let per = model.config.kv_bytes_per_token();
+            // Saturating, as `kv_tokens` is: a usize is 32 bits on wasm32.
             return Err(too_big_for_memory(
-                need * per,
-                self.kv_capacity_tokens * per,
+                need.saturating_mul(per),
+                self.kv_capacity_tokens.saturating_mul(per),
             ));
         }
         Ok(())

@@ -70,6 +70,8 @@ export class AcsBrowser {
 
   /** POST /v1/completions. With `stream: true`, `onChunk` gets every chunk. */
   completions(body, { onChunk, signal } = {}) { return this.#call("completions", [body], { onChunk, signal }); }
+  /** POST /v1/chat/completions, as `completions`: the chunks and the answer are chat's. */
+  chatCompletions(body, { onChunk, signal } = {}) { return this.#call("chatCompletions", [body], { onChunk, signal }); }
   /** POST /v1/completion-jobs → {job, replayed}. */
   createJob(body, { idempotencyKey } = {}) { return this.#call("createJob", [body, idempotencyKey]); }
   job(id) { return this.#call("job", [id]); }
@@ -113,7 +115,8 @@ export class AcsBrowser {
       let m;
       if (path === "/v1/models" && method === "GET") return json(200, await this.models());
       if (path === "/v1/budget" && method === "GET") return json(200, await this.budget());
-      if (path === "/v1/completions" && method === "POST") return await this.#completionResponse(text, init.signal || req?.signal);
+      if (path === "/v1/completions" && method === "POST") return await this.#completionResponse("completions", text, init.signal || req?.signal);
+      if (path === "/v1/chat/completions" && method === "POST") return await this.#completionResponse("chatCompletions", text, init.signal || req?.signal);
       if (path === "/v1/completion-jobs" && method === "POST") {
         const { job, replayed } = await this.createJob(text, { idempotencyKey: headers.get("idempotency-key") ?? undefined });
         return json(replayed ? 200 : 202, job, replayed ? { "idempotent-replayed": "true" } : {});
@@ -129,17 +132,18 @@ export class AcsBrowser {
     }
   }
 
-  // A whole Completion, or server-sent events once the first chunk (or an error) came.
-  async #completionResponse(text, signal) {
+  // A whole answer of `method` (completions or chatCompletions), or server-sent events
+  // once the first chunk (or an error) came.
+  async #completionResponse(method, text, signal) {
     let stream = false;
     try { stream = JSON.parse(text)?.stream === true; } catch { /* the engine says why */ }
-    if (!stream) return json(200, await this.completions(text, { signal }));
+    if (!stream) return json(200, await this[method](text, { signal }));
     const enc = new TextEncoder();
     let ctl;
     const sse = new ReadableStream({ start(c) { ctl = c; } });
     let first;
     const started = new Promise((resolve) => { first = resolve; });
-    const done = this.completions(text, {
+    const done = this[method](text, {
       signal,
       onChunk: (chunk) => { first(); ctl.enqueue(enc.encode(`data: ${JSON.stringify(chunk)}\n\n`)); },
     });

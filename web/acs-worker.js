@@ -175,11 +175,11 @@ async function load(m) {
 async function call(m) {
   if (!acs) throw Object.assign(new Error("no model is loaded yet"), { status: 503 });
   let value;
-  if (m.method === "completions") {
+  if (m.method === "completions" || m.method === "chatCompletions") {
     const ctl = new AbortController();
     aborts.set(m.id, ctl);
     try {
-      value = await acs.completions(m.args[0], (chunk) => {
+      value = await acs[m.method](m.args[0], (chunk) => {
         self.postMessage({ type: "chunk", id: m.id, chunk });
         return true;
       }, ctl.signal);

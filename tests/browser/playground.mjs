@@ -60,7 +60,21 @@ try {
     for await (const chunk of stream) text += chunk.choices.map((x) => x.text).join("");
     let status = 0;
     try { await client.completions.create({ model: "nope", prompt: "x" }); } catch (e) { status = e.status; }
-    return { indexes: c.choices.map((x) => x.index), usage: c.usage, streamed: text, notFound: status, traffic };
+    // Chat: four replies to one conversation, whole and streamed, the same with a seed.
+    const messages = [{ role: "user", content: "Name a colour." }];
+    const chat = await client.chat.completions.create({ model: "llama-8b", messages, n: 4, max_completion_tokens: 4, seed: 5 });
+    const chatStream = await client.chat.completions.create({ model: "llama-8b", messages, n: 4, max_completion_tokens: 4, seed: 5, stream: true });
+    const chatStreamed = ["", "", "", ""];
+    const roles = [];
+    for await (const chunk of chatStream) {
+      for (const ch of chunk.choices) {
+        if (ch.delta.role) roles[ch.index] = ch.delta.role;
+        chatStreamed[ch.index] += ch.delta.content ?? "";
+      }
+    }
+    return { indexes: c.choices.map((x) => x.index), usage: c.usage, streamed: text, notFound: status, traffic,
+             chat: { object: chat.object, indexes: chat.choices.map((x) => x.index),
+                     texts: chat.choices.map((x) => x.message.content), streamed: chatStreamed, roles } };
   });
   // A job, then a reload before it can finish: IndexedDB brings it back.
   await page.click("#submit-job");
@@ -96,6 +110,8 @@ try {
   out.ok = lean(out.first) && lean(out.reloaded) && lean(out.picked) &&
     /from .*\.gguf.* · cpu ·/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
     o.streamed.length > 0 && o.notFound === 404 && o.traffic.every((v) => /^\d+$/.test(v ?? "")) &&
+    o.chat.object === "chat.completion" && o.chat.indexes.join() === "0,1,2,3" &&
+    o.chat.texts.join("\u0000") === o.chat.streamed.join("\u0000") && o.chat.roles.join() === "assistant,assistant,assistant,assistant" &&
     !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
     fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);
 } catch (e) {

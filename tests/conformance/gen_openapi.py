@@ -105,6 +105,50 @@ job_request = {
                        activations=ref("ActivationsRequest")),
 }
 
+text_part = {
+    "type": "object", "additionalProperties": False, "required": ["type", "text"],
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+}
+chat_message = {
+    "type": "object", "additionalProperties": False, "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": {"oneOf": [{"type": "string"},
+                              {"type": "array", "items": ref("TextPart"),
+                               "description": "Text parts, joined with newlines."}]},
+        "name": {"type": "string", "maxLength": 256},
+    },
+}
+chat_props = {
+    "model": request_props["model"],
+    "messages": {"type": "array", "minItems": 1, "maxItems": 4096, "items": ref("ChatMessage"),
+                 "description": "One conversation, rendered by the model's own chat template "
+                                "(tokenizer.chat_template) with the generation prompt."},
+    "max_completion_tokens": dict(U32, description="Per choice. Without it (or max_tokens), "
+                                  "at most 4096 or what the context window leaves, and the "
+                                  "Hold covers that."),
+    "max_tokens": dict(U32, description="The older name of max_completion_tokens."),
+    **{k: request_props[k] for k in ("n", "temperature", "top_p", "seed", "stop",
+                                      "presence_penalty", "frequency_penalty", "logit_bias",
+                                      "stream", "stream_options", "user", "steering")},
+    "logprobs": {"oneOf": [{"type": "boolean"}, {"type": "null"}], "default": False},
+    "top_logprobs": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 20}, {"type": "null"}],
+                     "description": "Needs logprobs: true."},
+}
+chat_request = {
+    "type": "object", "additionalProperties": False, "required": ["model", "messages"],
+    "description": "OpenAI's Chat Completions request; unknown fields are refused.",
+    "properties": dict(chat_props, activations=ref("ActivationsRequest")),
+}
+chat_job_request = {
+    "type": "object", "additionalProperties": False, "required": ["model", "messages"],
+    "description": "A chat request without streaming, plus `activations`.",
+    "properties": dict({k: v for k, v in chat_props.items() if k not in ("stream", "stream_options")},
+                       stream={"type": "boolean", "enum": [False]},
+                       stream_options={"type": "null"},
+                       activations=ref("ActivationsRequest")),
+}
+
 logprobs = {
     "type": "object",
     "required": ["tokens", "token_logprobs", "top_logprobs", "text_offset"],
@@ -186,6 +230,67 @@ chunk = {
         "usage": ref("Usage"),
     },
 }
+top_logprob = {
+    "type": "object", "additionalProperties": False, "required": ["token", "logprob", "bytes"],
+    "properties": {"token": {"type": "string"}, "logprob": {"type": "number", "maximum": 0},
+                   "bytes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}},
+}
+token_logprob = {
+    "type": "object", "additionalProperties": False,
+    "required": ["token", "logprob", "bytes", "top_logprobs"],
+    "properties": dict(top_logprob["properties"],
+                       top_logprobs={"type": "array", "items": ref("TopLogprob"),
+                                     "description": "Likeliest first."}),
+}
+chat_logprobs = {
+    "type": "object", "additionalProperties": False, "required": ["content"],
+    "properties": {"content": {"type": "array", "items": ref("TokenLogprob")}},
+}
+chat_choice = {
+    "type": "object", "additionalProperties": False,
+    "required": ["index", "message", "finish_reason", "logprobs"],
+    "properties": {
+        "index": {"type": "integer", "minimum": 0},
+        "message": {"type": "object", "additionalProperties": False, "required": ["role", "content"],
+                    "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}},
+        "finish_reason": {"enum": ["stop", "length"]},
+        "logprobs": {"oneOf": [ref("ChatLogprobs"), {"type": "null"}]},
+    },
+}
+chat_completion = {
+    "type": "object", "additionalProperties": False,
+    "required": ["id", "object", "created", "model", "choices", "usage"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^chatcmpl-"},
+        "object": {"const": "chat.completion"},
+        "created": {"type": "integer", "description": "Unix seconds."},
+        "model": {"type": "string"},
+        "choices": {"type": "array", "items": ref("ChatChoice"), "description": "Sorted by index."},
+        "usage": ref("Usage"),
+        "activations": {"type": "array", "items": ref("Activation")},
+    },
+}
+chat_chunk = {
+    "type": "object", "additionalProperties": False,
+    "required": ["id", "object", "created", "model", "choices"],
+    "description": "One `data:` event of a streamed chat completion; a choice's first delta has "
+                   "its role.",
+    "properties": {
+        "id": {"type": "string"}, "object": {"const": "chat.completion.chunk"},
+        "created": {"type": "integer"}, "model": {"type": "string"},
+        "choices": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["index", "delta", "finish_reason", "logprobs"],
+            "properties": {
+                "index": {"type": "integer", "minimum": 0},
+                "delta": {"type": "object", "additionalProperties": False,
+                          "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}},
+                "finish_reason": {"enum": ["stop", "length", None]},
+                "logprobs": {"oneOf": [ref("ChatLogprobs"), {"type": "null"}]},
+            }}},
+        "usage": ref("Usage"),
+    },
+}
 job = {
     "type": "object", "additionalProperties": False,
     "required": ["id", "request_id", "model", "status", "cancel_requested", "created_at", "started_at",
@@ -248,7 +353,8 @@ error = {
             "param": {"type": ["string", "null"]},
             "code": {"type": ["string", "null"], "enum": [
                 "invalid_json", "unknown_parameter", "missing_required_parameter", "invalid_type",
-                "invalid_value", "context_length_exceeded", "model_not_found", "invalid_api_key",
+                "invalid_value", "context_length_exceeded", "chat_template_missing", "model_not_found",
+                "invalid_api_key",
                 "not_found", "unknown_route", "method_not_allowed", "request_too_large", "request_timeout",
                 "budget_exhausted", "budget_held", "too_many_running", "too_many_queued_jobs",
                 "invalid_idempotency_key",
@@ -282,20 +388,24 @@ TRAFFIC = dict(RID, **{
 # One event of a streamed completion (OpenAPI 3.2's `itemSchema`; in 3.1 the `schema`
 # of `text/event-stream` is read as one event's by tools that check streams, such as
 # Schemathesis): its data is a CompletionChunk as JSON, or the final "[DONE]".
-SSE_EVENT = {
-    "type": "object",
-    "required": ["data"],
-    "properties": {
-        "data": {"anyOf": [
-            {"const": "[DONE]", "description": "The end of the stream."},
-            {"type": "string", "contentMediaType": "application/json",
-             "contentSchema": ref("CompletionChunk"), "description": "A CompletionChunk as JSON."},
-        ]},
-        "event": {"type": "string"},
-        "id": {"type": "string"},
-        "retry": {"type": "integer"},
-    },
-}
+def sse_event(chunk):
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {"anyOf": [
+                {"const": "[DONE]", "description": "The end of the stream."},
+                {"type": "string", "contentMediaType": "application/json",
+                 "contentSchema": ref(chunk), "description": f"A {chunk} as JSON."},
+            ]},
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
+    }
+
+
+SSE_EVENT = sse_event("CompletionChunk")
 
 
 def err(desc, retry=False):
@@ -308,8 +418,8 @@ def err(desc, retry=False):
 
 responses = {
     "BadRequest": err("invalid_json, unknown_parameter, missing_required_parameter, invalid_type, "
-                      "invalid_value, context_length_exceeded or invalid_idempotency_key; `param` names "
-                      "the field at fault."),
+                      "invalid_value, context_length_exceeded, chat_template_missing or "
+                      "invalid_idempotency_key; `param` names the field at fault."),
     "Unauthorized": err("invalid_api_key: no, malformed, unknown or revoked key."),
     "BudgetExhausted": err("budget_exhausted (type insufficient_quota): the Hold can never fit the Budget."),
     "NotFound": err("not_found (a job this key cannot see), model_not_found or unknown_route."),
@@ -362,16 +472,29 @@ paths = {
                     "content": {"application/json": {"schema": ref("Completion")},
                                 "text/event-stream": {"schema": SSE_EVENT}}},
             **errs("400", "401", "402", "404", "405", "408", "413", "429", "500", "503")}}},
+    "/v1/chat/completions": {"post": {
+        "operationId": "createChatCompletion",
+        "summary": "Sample n replies to one conversation, rendered by the model's chat template.",
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": ref("ChatCompletionRequest")}}},
+        "responses": {
+            "200": {"description": "The chat completion, or with stream: true server-sent events "
+                                   "of ChatCompletionChunk ending with `data: [DONE]`.",
+                    "headers": TRAFFIC,
+                    "content": {"application/json": {"schema": ref("ChatCompletion")},
+                                "text/event-stream": {"schema": sse_event("ChatCompletionChunk")}}},
+            **errs("400", "401", "402", "404", "405", "408", "413", "429", "500", "503")}}},
     "/v1/completion-jobs": {
         "post": {
             "operationId": "createCompletionJob",
-            "summary": "Submit a completions request as a background Job.",
+            "summary": "Submit a completions or chat request as a background Job.",
             "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
                             "schema": {"type": "string", "minLength": 1, "maxLength": 255,
                                        "pattern": "^[\\x20-\\x7e]+$"},
                             "description": "Scoped to the API key, kept for the retention period."}],
             "requestBody": {"required": True,
-                            "content": {"application/json": {"schema": ref("CompletionJobRequest")}}},
+                            "content": {"application/json": {"schema": {"oneOf": [
+                                ref("CompletionJobRequest"), ref("ChatJobRequest")]}}}},
             "responses": {
                 "202": dict(JOB_OK, description="The queued Job."),
                 "200": {"description": "The Job an Idempotency-Key made already (same body).",
@@ -394,10 +517,12 @@ paths = {
         "responses": {"200": dict(JOB_OK, description="The Job."), **errs("401", "404", "405")}}},
     "/v1/completion-jobs/{id}/result": {"get": {
         "operationId": "getCompletionJobResult",
-        "summary": "A succeeded Job's Completion; a failed Job's error with that error's own status.",
+        "summary": "A succeeded Job's Completion (a chat completion for a chat body); a failed "
+                   "Job's error with that error's own status.",
         "parameters": [JOB_ID],
-        "responses": {"200": {"description": "The Completion.", "headers": RID,
-                              "content": {"application/json": {"schema": ref("Completion")}}},
+        "responses": {"200": {"description": "The Completion or chat completion.", "headers": RID,
+                              "content": {"application/json": {"schema": {"oneOf": [
+                                  ref("Completion"), ref("ChatCompletion")]}}}},
                       **errs("400", "401", "402", "404", "405", "409", "410", "413", "429", "500",
                              "503")}}},
     "/v1/completion-jobs/{id}/cancel": {"post": {
@@ -420,7 +545,8 @@ doc = {
     "openapi": "3.1.0",
     "info": {"title": "ACS API", "version": "1.0.0",
              "description": "The ACS contract (shared/API.md): legacy-Completions-style sampling of many "
-                            "rollouts, token Budgets with Holds, background Jobs, steering and activations. "
+                            "rollouts and chat completions, token Budgets with Holds, background Jobs, "
+                            "steering and activations. "
                             "Every error is {\"error\":{message,type,param,code}}; every response carries "
                             "x-request-id."},
     "servers": [{"url": "/"}],
@@ -437,6 +563,10 @@ doc = {
             "Completion": completion, "CompletionChunk": chunk, "Choice": choice, "Usage": usage,
             "Logprobs": logprobs, "Activation": activation, "Job": job, "JobList": job_list,
             "Model": model, "ModelList": model_list, "Budget": budget, "Error": error,
+            "ChatCompletionRequest": chat_request, "ChatJobRequest": chat_job_request,
+            "ChatMessage": chat_message, "TextPart": text_part, "ChatCompletion": chat_completion,
+            "ChatCompletionChunk": chat_chunk, "ChatChoice": chat_choice,
+            "ChatLogprobs": chat_logprobs, "TokenLogprob": token_logprob, "TopLogprob": top_logprob,
         },
     },
 }

@@ -442,7 +442,7 @@ def test_cancel_unknown_job_is_404(api):
 
 
 @pytest.mark.parametrize("method,path", [
-    ("GET", "/v1/nope"), ("POST", "/v1/chat/completions"), ("GET", "/v2/completions"),
+    ("GET", "/v1/nope"), ("POST", "/v1/chat/complete"), ("GET", "/v2/completions"),
     ("GET", "/v1/completion-jobs/x/y/z"), ("DELETE", "/v1/unknown"),
 ])
 def test_unknown_route_is_404(api, method, path):

@@ -43,7 +43,7 @@ def cli():
 def test_openapi_document_is_valid_json(cli):
     doc = json.loads(DOC.read_text())
     assert doc["openapi"].startswith("3.1")
-    for path in ("/v1/completions", "/v1/completion-jobs", "/v1/completion-jobs/{id}",
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/completion-jobs", "/v1/completion-jobs/{id}",
                  "/v1/completion-jobs/{id}/result", "/v1/completion-jobs/{id}/cancel",
                  "/v1/budget", "/v1/models"):
         assert path in doc["paths"], path
@@ -57,7 +57,7 @@ def test_schemathesis_as_documented(cli):
 
 def test_schemathesis_with_the_served_model(cli, tmp_path):
     doc = json.loads(DOC.read_text())
-    for name in ("CompletionRequest", "CompletionJobRequest"):
+    for name in ("CompletionRequest", "CompletionJobRequest", "ChatCompletionRequest", "ChatJobRequest"):
         doc["components"]["schemas"][name]["properties"]["model"] = {"const": MODEL}
     pinned = tmp_path / "openapi-pinned.json"
     pinned.write_text(json.dumps(doc))

@@ -190,7 +190,12 @@ impl Inner {
                 budget_headers(resp.headers(), &view);
                 Ok(resp)
             }
-            (Method::Post, ["v1", "completions"]) => self.complete(key, &mut req).await,
+            (Method::Post, ["v1", "completions"]) => {
+                self.complete(key, &mut req, Endpoint::Completions).await
+            }
+            (Method::Post, ["v1", "chat", "completions"]) => {
+                self.complete(key, &mut req, Endpoint::Chat).await
+            }
             (Method::Post, ["v1", "completion-jobs"]) => self.submit(key, &mut req).await,
             (Method::Get, ["v1", "completion-jobs"]) => {
                 let url = req.url().map_err(|e| ApiError::internal(e.to_string()))?;
@@ -341,20 +346,23 @@ impl Inner {
         }
     }
 
-    /// `POST /v1/completions`: validate, ask an upstream for the Hold's size, take the
-    /// Hold, run upstream, answer (whole or streamed), settle.
+    /// `POST /v1/completions` and `POST /v1/chat/completions`: validate, ask an
+    /// upstream for the Hold's size, take the Hold, run upstream, answer (whole or
+    /// streamed), settle. The upstream shapes chat's answer.
     async fn complete(
         self: Rc<Self>,
         key: ApiKey,
         req: &mut Request,
+        endpoint: Endpoint,
     ) -> Result<Response, ApiError> {
         let bytes = read_body(req, self.max_body_bytes).await?;
-        let parsed = CompletionRequest::parse(&bytes, RequestEndpoint::Completions)?;
+        let rules = match endpoint {
+            Endpoint::Chat => RequestEndpoint::ChatCompletions,
+            _ => RequestEndpoint::Completions,
+        };
+        let parsed = CompletionRequest::parse(&bytes, rules)?;
         let body = String::from_utf8_lossy(&bytes).into_owned();
-        let hold = self
-            .upstreams
-            .hold_tokens(&body, Endpoint::Completions)
-            .await?;
+        let hold = self.upstreams.hold_tokens(&body, endpoint).await?;
         let rid = http::new_request_id();
         let (t, key_id, hold_id) = (now(), key.id.clone(), rid.clone());
         let admitted = self
@@ -366,9 +374,9 @@ impl Inner {
         let key_id = key.id.clone();
         let view = self.db.tx(move |s| ledger::view(s, &key_id))?;
         let resp = if parsed.stream {
-            self.stream(rid.clone(), body).await
+            self.stream(rid.clone(), body, endpoint).await
         } else {
-            self.whole(&rid, &body).await
+            self.whole(&rid, &body, endpoint).await
         }?;
         budget_headers(resp.headers(), &view);
         set(resp.headers(), "x-request-id", &rid);
@@ -377,9 +385,9 @@ impl Inner {
 
     /// A completion answered whole. An upstream that dies before the end is replaced
     /// by the next (the lost attempt is not charged).
-    async fn whole(&self, rid: &str, body: &str) -> Result<Response, ApiError> {
+    async fn whole(&self, rid: &str, body: &str, endpoint: Endpoint) -> Result<Response, ApiError> {
         let signal = AbortController::default().signal();
-        let ended = run_to_end(&self.upstreams, body, Endpoint::Completions, &signal).await;
+        let ended = run_to_end(&self.upstreams, body, endpoint, &signal).await;
         match ended {
             Ok((Outcome::Succeeded(c), used)) => {
                 self.settle(rid, used);
@@ -399,11 +407,16 @@ impl Inner {
     /// A streamed completion: the upstream's chunks pass through as they come; the
     /// Hold is settled when the stream ends, or, when the client goes away, with what
     /// was generated until then (and the upstream run is cancelled).
-    async fn stream(self: Rc<Self>, rid: String, body: String) -> Result<Response, ApiError> {
+    async fn stream(
+        self: Rc<Self>,
+        rid: String,
+        body: String,
+        endpoint: Endpoint,
+    ) -> Result<Response, ApiError> {
         let controller = AbortController::default();
         let started = self
             .upstreams
-            .run(&body, Endpoint::Completions, &controller.signal())
+            .run(&body, endpoint, &controller.signal())
             .await
             .and_then(|(mut r, lease)| {
                 r.stream()
@@ -736,7 +749,7 @@ async fn run_once(
             match ev {
                 RunEvent::Usage(u) => used = u.total_tokens,
                 RunEvent::Result(c) => {
-                    let used = c.usage.total_tokens;
+                    let used = c.usage().total_tokens;
                     return Attempt::Ended(Outcome::Succeeded(*c), used);
                 }
                 // Generated, but more than the edge carries: charged all the same.

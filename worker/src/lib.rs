@@ -46,7 +46,7 @@ fn method_not_allowed() -> ApiError {
 fn allowed(segments: &[&str]) -> Option<&'static [Method]> {
     Some(match segments {
         ["health"] | ["openapi.json"] | ["v1", "models"] | ["v1", "budget"] => &[Method::Get],
-        ["v1", "completions"] => &[Method::Post],
+        ["v1", "completions"] | ["v1", "chat", "completions"] => &[Method::Post],
         ["v1", "completion-jobs"] => &[Method::Get, Method::Post],
         ["v1", "completion-jobs", _] | ["v1", "completion-jobs", _, "result"] => &[Method::Get],
         ["v1", "completion-jobs", _, "cancel"] => &[Method::Post],

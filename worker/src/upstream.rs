@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use acs_core::{ApiError, Completion, ErrorBody, ErrorCode, Usage, jobs};
+use acs_core::{Answer, ApiError, ErrorBody, ErrorCode, Usage, jobs};
 use wasm_bindgen::JsValue;
 use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
@@ -76,10 +76,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// while prompts that differ early spread.
 const ROUTE_PREFIX_BYTES: usize = 256;
 
-/// The hash of the beginning of a request body's prompts, if it has any.
+/// The hash of the beginning of a request body's prompts (a chat body's messages), if
+/// it has any.
 fn prompt_hash(body: &str) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    let prompt = v.get("prompt")?.to_string();
+    let prompt = v.get("prompt").or_else(|| v.get("messages"))?.to_string();
     let bytes = prompt.as_bytes();
     Some(fnv1a(&bytes[..bytes.len().min(ROUTE_PREFIX_BYTES)]))
 }
@@ -89,6 +90,8 @@ fn prompt_hash(body: &str) -> Option<u64> {
 pub enum Endpoint {
     /// `POST /v1/completions`.
     Completions,
+    /// `POST /v1/chat/completions`.
+    Chat,
     /// `POST /v1/completion-jobs`.
     Jobs,
 }
@@ -97,6 +100,7 @@ impl Endpoint {
     fn header(self) -> &'static str {
         match self {
             Endpoint::Completions => "completions",
+            Endpoint::Chat => "chat",
             Endpoint::Jobs => "jobs",
         }
     }
@@ -303,8 +307,9 @@ pub enum RunEvent {
     Chunk(String),
     /// Usage so far.
     Usage(Usage),
-    /// The whole Completion (clients that do not stream).
-    Result(Box<Completion>),
+    /// The whole answer (clients that do not stream): a Completion or a chat
+    /// completion.
+    Result(Box<Answer>),
     /// The run failed.
     Error(ApiError),
     /// The end.

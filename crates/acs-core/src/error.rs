@@ -21,6 +21,8 @@ pub enum ErrorCode {
     InvalidValue,
     /// The prompt plus `max_tokens` exceed the model's context window.
     ContextLengthExceeded,
+    /// A chat request names a model whose file has no chat template.
+    ChatTemplateMissing,
     /// The `model` names no served model.
     ModelNotFound,
     /// No or unknown API key.
@@ -76,6 +78,7 @@ impl ErrorCode {
             | InvalidType
             | InvalidValue
             | ContextLengthExceeded
+            | ChatTemplateMissing
             | InvalidIdempotencyKey => 400,
             InvalidApiKey => 401,
             BudgetExhausted => 402,
@@ -115,6 +118,7 @@ impl ErrorCode {
             InvalidType => "invalid_type",
             InvalidValue => "invalid_value",
             ContextLengthExceeded => "context_length_exceeded",
+            ChatTemplateMissing => "chat_template_missing",
             ModelNotFound => "model_not_found",
             InvalidApiKey => "invalid_api_key",
             NotFound => "not_found",
@@ -142,13 +146,14 @@ impl ErrorCode {
     /// Parses a `code` string back, for errors read from storage or an upstream.
     pub fn from_code(code: &str) -> Option<Self> {
         use ErrorCode::*;
-        const ALL: [ErrorCode; 27] = [
+        const ALL: [ErrorCode; 28] = [
             InvalidJson,
             UnknownParameter,
             MissingParameter,
             InvalidType,
             InvalidValue,
             ContextLengthExceeded,
+            ChatTemplateMissing,
             ModelNotFound,
             InvalidApiKey,
             NotFound,

@@ -2,10 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::chat::Answer;
 use crate::clock::Timestamp;
 use crate::error::{ApiError, ErrorBody};
 use crate::ids::JobId;
-use crate::response::Completion;
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -79,8 +79,8 @@ impl From<TransitionError> for ApiError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobResult {
-    /// A succeeded job's Completion.
-    Completion(Completion),
+    /// A succeeded job's answer: a Completion, or a chat completion for a chat body.
+    Completion(Answer),
     /// A failed job's error, answered with its own status.
     Error(ErrorBody),
 }
@@ -88,8 +88,8 @@ pub enum JobResult {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// It produced a Completion.
-    Succeeded(Completion),
+    /// It produced its answer.
+    Succeeded(Answer),
     /// It failed with this error.
     Failed(ApiError),
     /// A cancel request stopped it.

@@ -4,12 +4,13 @@
 //! Each function is one transaction's worth of work: the caller runs it inside one
 //! transaction of its backend (or under one lock), so no rule is ever half applied.
 
+use crate::chat::Answer;
 use crate::clock::Timestamp;
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::JobId;
 use crate::job::{Job, JobObject, JobResult, JobStatus, Outcome};
 use crate::ledger::{self, Settlement};
-use crate::response::{Completion, List};
+use crate::response::List;
 use crate::store::{IdempotencyRecord, IdempotencyState, Store};
 
 /// How long results and idempotency keys are kept unless configured otherwise.
@@ -384,7 +385,7 @@ pub fn result<S: Store>(
     key_id: &str,
     id: JobId,
     now: Timestamp,
-) -> Result<Completion, ApiError> {
+) -> Result<Answer, ApiError> {
     let job = owned(store, key_id, id)?;
     match job.status {
         JobStatus::Queued | JobStatus::Running => {

@@ -1,7 +1,8 @@
 //! The ACS contract, shared by every face of the project (server, browser, edge).
 //!
 //! - [`request`]: parse and check completion requests, with the contract's errors;
-//! - [`response`]: completions, chunks, usage, models, budgets;
+//! - [`response`]: completions, chunks, usage, models, budgets; [`chat`]: chat
+//!   completions and their chunks, made from completions;
 //! - [`error`]: the one error type and its JSON;
 //! - [`ledger`]: Budgets, Holds and traffic limits;
 //! - [`job`] and [`jobs`]: the job state machine and its rules;
@@ -12,6 +13,7 @@
 //! Nothing here does I/O or needs an async runtime, so the same code builds for
 //! native targets and `wasm32-unknown-unknown`.
 
+pub mod chat;
 pub mod clock;
 pub mod error;
 pub mod ids;
@@ -23,6 +25,7 @@ pub mod response;
 pub mod sql;
 pub mod store;
 
+pub use chat::{Answer, ChatCompletion, Shape};
 pub use clock::{Clock, ManualClock, Timestamp};
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use ids::{JobId, KeyHash};

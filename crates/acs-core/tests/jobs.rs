@@ -5,8 +5,8 @@ use acs_core::job::JobResult;
 use acs_core::jobs::{self, Begin, Start};
 use acs_core::response::{Completion, Usage};
 use acs_core::{
-    ApiError, Budget, ErrorCode, Job, JobId, JobStatus, MemoryStore, Outcome, Store, Timestamp,
-    ledger,
+    Answer, ApiError, Budget, ErrorCode, Job, JobId, JobStatus, MemoryStore, Outcome, Store,
+    Timestamp, ledger,
 };
 
 const DAY: i64 = Timestamp::DAY_MS;
@@ -40,8 +40,8 @@ fn store(tokens: u64, max_running: u32) -> MemoryStore {
     s
 }
 
-fn completion() -> Completion {
-    Completion {
+fn completion() -> Answer {
+    Answer::Text(Completion {
         id: "cmpl-1".into(),
         object: "text_completion".into(),
         created: 1,
@@ -49,7 +49,7 @@ fn completion() -> Completion {
         choices: vec![],
         usage: Usage::default(),
         activations: None,
-    }
+    })
 }
 
 fn submit(
@@ -324,8 +324,11 @@ fn a_result_too_large_to_store_fails_the_job_charged_once() {
     let Start::Started(job) = jobs::start(&mut s, job.id, 30, now, DAY).unwrap() else {
         panic!("should start")
     };
-    let mut big = completion();
+    let Answer::Text(mut big) = completion() else {
+        unreachable!()
+    };
     big.id = "x".repeat(jobs::MAX_RESULT_BYTES);
+    let big = Answer::Text(big);
     let (job, settled) =
         jobs::finish(&mut s, job.id, Outcome::Succeeded(big), 12, now, DAY).unwrap();
     assert_eq!(job.status, JobStatus::Failed);

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use acs_core::jobs::{self, Start};
 use acs_core::response::{Completion, Usage};
-use acs_core::{Budget, Job, JobId, JobStatus, MemoryStore, Outcome, Store, Timestamp, ledger};
+use acs_core::{
+    Answer, Budget, Job, JobId, JobStatus, MemoryStore, Outcome, Store, Timestamp, ledger,
+};
 use proptest::prelude::*;
 
 const KEYS: usize = 4;
@@ -52,8 +54,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn completion() -> Completion {
-    Completion {
+fn completion() -> Answer {
+    Answer::Text(Completion {
         id: "c".into(),
         object: "text_completion".into(),
         created: 0,
@@ -61,7 +63,7 @@ fn completion() -> Completion {
         choices: vec![],
         usage: Usage::default(),
         activations: None,
-    }
+    })
 }
 
 fn key(i: usize) -> String {

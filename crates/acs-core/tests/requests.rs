@@ -608,3 +608,68 @@ fn canonical_json_parses_back_to_itself_even_for_long_floats() {
     let again: serde_json::Value = serde_json::from_str(&once).unwrap();
     assert_eq!(canonical_json(&again), once);
 }
+
+fn parse_chat(
+    v: serde_json::Value,
+    endpoint: Endpoint,
+) -> Result<CompletionRequest, acs_core::ApiError> {
+    CompletionRequest::parse(v.to_string().as_bytes(), endpoint)
+}
+
+#[test]
+fn a_chat_body_is_one_conversation_with_chats_fields() {
+    let r = parse_chat(
+        json!({"model": "m", "n": 2, "logprobs": true, "top_logprobs": 20, "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "name": "u"},
+            {"role": "assistant", "content": "c"},
+        ]}),
+        Endpoint::ChatCompletions,
+    )
+    .unwrap();
+    let Prompt::Chat(messages) = &r.prompt else {
+        panic!("{:?}", r.prompt)
+    };
+    let texts: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    assert_eq!(
+        texts,
+        [("system", "S"), ("user", "a\nb"), ("assistant", "c")]
+    );
+    assert_eq!((r.n, r.logprobs, r.echo, r.top_k), (2, Some(20), false, 0));
+    assert!(r.is_chat());
+    assert_eq!(r.shape(), acs_core::Shape::Chat { top_logprobs: 20 });
+    // No limit named: the default, fitted to what the context window leaves.
+    assert!(r.fit_max_tokens);
+    assert_eq!(r.max_tokens, request::DEFAULT_CHAT_MAX_TOKENS);
+    assert_eq!(r.max_tokens_for(&model(), 10), 54);
+    r.check_against(&model(), &[10]).unwrap();
+    let e = r.check_against(&model(), &[64]).unwrap_err();
+    assert_eq!(
+        (e.code.code(), e.param.as_deref()),
+        ("context_length_exceeded", Some("messages"))
+    );
+    // A job's body is chat when it has messages; max_tokens is the older name.
+    let job = parse_chat(
+        json!({"model": "m", "max_tokens": 7, "messages": [{"role": "user", "content": "x"}]}),
+        Endpoint::Jobs,
+    )
+    .unwrap();
+    assert!(job.is_chat() && !job.fit_max_tokens && job.max_tokens == 7);
+    assert_eq!(job.max_tokens_for(&model(), 60), 7);
+    // Completions' own fields are not chat's, nor the other way round.
+    let e = parse_chat(
+        json!({"model": "m", "prompt": "x", "messages": [{"role": "user", "content": "x"}]}),
+        Endpoint::ChatCompletions,
+    )
+    .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("prompt"));
+    assert_eq!(
+        err(json!({"model": "m", "prompt": "x", "messages": []}))
+            .3
+            .as_deref(),
+        Some("messages")
+    );
+}

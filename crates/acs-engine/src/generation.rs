@@ -2,9 +2,10 @@
 //! choice's sampling, steering vectors resolved, activation read-outs named.
 
 use acs_core::request::{
-    MAX_STEERING_VALUE, Positions, PromptItem, SteeringSource, steering_value_in_range,
+    ChatMessage, MAX_STEERING_VALUE, Positions, PromptItem, SteeringSource, steering_value_in_range,
 };
-use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo};
+use acs_core::{ApiError, CompletionRequest, ErrorCode, ModelInfo, Shape};
+use acs_llama::chat_template::Message;
 use acs_llama::model::{LayerAdd, Logits, Model, SeqInput};
 use acs_llama::sample::SamplingParams;
 
@@ -52,6 +53,8 @@ pub struct Generation {
     /// `usage.prompt_tokens_details.cached_tokens`, and as time saved), so a server
     /// gives each API key its own scope unless its operator shares the cache.
     pub scope: String,
+    /// How the request's answer is shaped (a completion or a chat completion).
+    pub shape: Shape,
 }
 
 /// A contrast pair of a request's steering, tokenized. Its vector (the difference of
@@ -156,6 +159,11 @@ pub fn prepare(
             PromptItem::Tokens(ids) => {
                 prompts.push(ids.to_vec());
                 prompt_texts.push(String::new());
+            }
+            PromptItem::Chat(messages) => {
+                let (ids, text) = render_chat(model, messages)?;
+                prompts.push(ids);
+                prompt_texts.push(text);
             }
         }
     }
@@ -270,7 +278,7 @@ pub fn prepare(
         prompts,
         prompt_texts,
         n: req.n as usize,
-        max_tokens: req.max_tokens as usize,
+        max_tokens: req.max_tokens_for(info, lens[0]) as usize,
         sampling: SamplingParams {
             temperature: req.temperature,
             top_k: req.top_k,
@@ -287,7 +295,58 @@ pub fn prepare(
         capture,
         contrasts,
         scope: String::new(),
+        shape: req.shape(),
     })
+}
+
+/// A conversation as the model's chat template renders it, with the generation
+/// prompt, and its tokens. The rendered text spells the template's control tokens
+/// (`<|im_start|>`, `<start_of_turn>`), so they are parsed as such, and a template that
+/// writes BOS itself gets no second one from the tokenizer.
+fn render_chat(model: &Model, messages: &[ChatMessage]) -> Result<(Vec<u32>, String), ApiError> {
+    let template = model.chat_template.as_ref().ok_or_else(|| {
+        ApiError::param(
+            ErrorCode::ChatTemplateMissing,
+            "messages",
+            "This model's file has no chat template (tokenizer.chat_template); send its prompt to /v1/completions instead.",
+        )
+    })?;
+    let messages: Vec<Message<'_>> = messages
+        .iter()
+        .map(|m| Message {
+            role: m.role.as_str(),
+            content: &m.content,
+        })
+        .collect();
+    let text = template
+        .render(&messages, true, unix_now())
+        .map_err(|e| ApiError::invalid_value("messages", format!("{e}.")))?;
+    let bos = template.bos_token();
+    let add_special = bos.is_empty() || !text.starts_with(bos);
+    let ids = model
+        .tokenizer
+        .encode(&text, add_special, true)
+        .map_err(|e| {
+            ApiError::invalid_value(
+                "messages",
+                format!("The rendered conversation cannot be tokenized: {e}"),
+            )
+        })?;
+    Ok((ids, text))
+}
+
+/// Unix seconds now: the date a chat template's `strftime_now` writes.
+fn unix_now() -> i64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        (js_sys::Date::now() / 1000.0) as i64
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    }
 }
 
 /// Computes the vectors of `g`'s contrast pairs on the CPU model (see

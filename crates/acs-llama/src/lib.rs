@@ -2,7 +2,8 @@
 //! of each model family.
 //!
 //! - [`gguf`]: the file format, parsed from untrusted bytes, mapped or streamed;
-//! - [`tokenizer`]: the model's own tokenizer, from GGUF metadata;
+//! - [`tokenizer`]: the model's own tokenizer, from GGUF metadata; [`chat_template`]:
+//!   its chat template, rendered as `transformers` renders it;
 //! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes,
 //!   where each family's layers depart from the common block);
 //! - [`model`]: the batched CPU forward pass and its KV cache;
@@ -13,6 +14,7 @@
 //!   [`model_cache`]: where the default model is kept.
 
 pub mod arch;
+pub mod chat_template;
 pub mod cpu;
 mod error;
 mod exp;

@@ -18,6 +18,7 @@ use crate::arch::{
     BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
     rope_inv_freq_local,
 };
+use crate::chat_template::ChatTemplate;
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
@@ -97,6 +98,8 @@ pub struct Model {
     pub config: ModelConfig,
     /// The model's own tokenizer.
     pub tokenizer: Tokenizer,
+    /// The model's chat template, if its file has one.
+    pub chat_template: Option<ChatTemplate>,
     /// `None` for a model loaded from its header alone ([`Model::from_header`]).
     weights: Option<Weights>,
 }
@@ -235,12 +238,20 @@ pub(crate) fn check_format(info: &TensorInfo, supported: &[GgmlType]) -> Result<
     })
 }
 
+/// The file's chat template, with its BOS and EOS tokens' texts.
+fn chat_template(meta: &Metadata, tokenizer: &Tokenizer) -> Option<ChatTemplate> {
+    ChatTemplate::from_metadata(meta, tokenizer.bos(), tokenizer.eos(), |id| {
+        String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned()
+    })
+}
+
 impl Model {
     /// Loads a model from a GGUF file held by `file` (mapped natively).
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
         let meta = file.metadata();
         let config = ModelConfig::from_metadata(meta)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(meta)?)?;
+        let chat_template = chat_template(meta, &tokenizer);
         let c = &config;
         let vec = |name: &str, n: usize| -> Result<Vec<f32>, ModelError> {
             Ok(tensor(&file, name, n, 1)?.to_f32()?)
@@ -281,6 +292,7 @@ impl Model {
         Ok(Model {
             config,
             tokenizer,
+            chat_template,
             weights: Some(Weights {
                 embed,
                 blocks,
@@ -302,9 +314,11 @@ impl Model {
         let config = ModelConfig::from_metadata(&header.metadata)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
         check_tensors(header, &config)?;
+        let chat_template = chat_template(&header.metadata, &tokenizer);
         Ok(Model {
             config,
             tokenizer,
+            chat_template,
             weights: None,
         })
     }

@@ -240,7 +240,7 @@ mod tests {
         job.status = JobStatus::Succeeded;
         job.expires_at = Some(Timestamp(50));
         // Three-byte characters, so that a cut at a byte count would split one.
-        let result = JobResult::Completion(Completion {
+        let result = JobResult::Completion(acs_core::Answer::Text(Completion {
             id: "\u{2603}".repeat(RESULT_PART_BYTES + 5),
             object: "text_completion".into(),
             created: 1,
@@ -248,7 +248,7 @@ mod tests {
             choices: vec![],
             usage: Usage::default(),
             activations: None,
-        });
+        }));
         let (back, sizes) = db
             .tx(|s| {
                 s.put_job(&job)?;

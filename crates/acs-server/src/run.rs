@@ -14,7 +14,7 @@
 //! here.
 
 use acs_core::ids::{completion_id, request_id};
-use acs_core::{ApiError, Completion, CompletionRequest, Outcome, ledger};
+use acs_core::{Answer, ApiError, Completion, CompletionRequest, Outcome, Shape, ledger};
 use acs_engine::{Event, Finished, Generation, Ticket, prepare as prepare_generation};
 use tokio::sync::mpsc;
 
@@ -72,8 +72,13 @@ pub fn completion(f: Finished, model: &str) -> Completion {
 }
 
 /// The Outcome of a finished run and the tokens it used, as a job records them.
-pub fn outcome(f: Finished, model: &str) -> (Outcome, u64) {
-    f.into_outcome(model, completion_id(random()), unix_now())
+pub fn outcome(f: Finished, model: &str, shape: Shape) -> (Outcome, u64) {
+    f.into_outcome(model, completion_id(random()), unix_now(), shape)
+}
+
+/// The answer of a finished run, shaped as its request asked.
+pub fn answer(f: Finished, model: &str, shape: Shape) -> Answer {
+    Answer::new(completion(f, model), shape)
 }
 
 /// Whose Budget a run draws on.
@@ -103,6 +108,8 @@ pub struct Admitted {
     pub request_id: String,
     /// Tokens of each prompt, for running usage.
     pub prompt_lens: Vec<usize>,
+    /// How the answer is shaped.
+    pub shape: Shape,
     /// Events of the engine, after settlement.
     pub rx: mpsc::UnboundedReceiver<Out>,
 }
@@ -142,6 +149,7 @@ pub async fn admit_and_run(
 ) -> Result<Admitted, ApiError> {
     let rid = request_id(random());
     let prompt_lens = generation.prompt_lens();
+    let shape = generation.shape;
     let settles = admit(service, payer, &rid, hold(&generation))?;
     let started = match resolve(service, generation).await {
         Ok(g) => start(service, g),
@@ -226,6 +234,7 @@ pub async fn admit_and_run(
     Ok(Admitted {
         request_id: rid,
         prompt_lens,
+        shape,
         rx: orx,
     })
 }

@@ -118,6 +118,7 @@ async fn try_start(
 fn spawn_run(state: Service, job: Job, generation: Generation) {
     tokio::spawn(async move {
         let id = job.id;
+        let shape = generation.shape;
         // The job holds its tokens now: its contrast pairs may run.
         let started = match run::resolve(&state, generation).await {
             Ok(g) => run::start(&state, g),
@@ -150,7 +151,7 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
                 while let Some(e) = rx.recv().await {
                     match e {
                         Event::Delta(_) => {}
-                        Event::Done(f) => end = run::outcome(f, &job.model),
+                        Event::Done(f) => end = run::outcome(f, &job.model, shape),
                         Event::Failed(e) => end = (Outcome::Failed(e), 0),
                     }
                 }

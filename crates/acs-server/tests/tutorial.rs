@@ -204,6 +204,28 @@ fn the_openai_python_sdk_runs_the_tutorials_python_steps() {
     );
     assert_eq!(summary["parallel"], 8);
     assert_eq!(summary["streamed_indexes"], serde_json::json!([0, 1, 2, 3]));
+    // Chat through the SDK: four choices of one conversation, whole and streamed
+    // (with the same seed, the same texts), each choice's first delta naming its role.
+    assert_eq!(summary["chat_object"], "chat.completion");
+    assert_eq!(summary["chat_indexes"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(summary["chat_texts"], summary["chat_streamed"], "{summary}");
+    assert_eq!(
+        summary["chat_roles"],
+        serde_json::json!(["assistant", "assistant", "assistant", "assistant"])
+    );
+    let (whole, streamed) = (&summary["chat_usage"], &summary["chat_stream_usage"]);
+    assert_eq!(
+        whole["prompt_tokens"], streamed["prompt_tokens"],
+        "{summary}"
+    );
+    assert_eq!(
+        whole["completion_tokens"], streamed["completion_tokens"],
+        "{summary}"
+    );
+    assert!(
+        whole["completion_tokens"].as_u64().unwrap() <= 32,
+        "{summary}"
+    );
     // The first lines are "p i 'text'" for the four choices.
     let first: Vec<&str> = stdout.lines().take(4).collect();
     for (k, line) in first.iter().enumerate() {

@@ -19,7 +19,7 @@ pub mod runtime;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use acs_core::{ApiError, Budget, MemoryStore};
+use acs_core::{ApiError, Budget, Endpoint, MemoryStore};
 use acs_llama::gguf::GgufError;
 use acs_llama::model::{Model, ModelError};
 use acs_llama::webgpu::GpuError;
@@ -280,19 +280,19 @@ impl Acs {
         on_chunk: Option<js_sys::Function>,
         signal: Option<web_sys::AbortSignal>,
     ) -> js_sys::Promise {
-        let rt = Rc::clone(&self.rt);
-        wasm_bindgen_futures::future_to_promise(async move {
-            let body = request_body(body).map_err(api_error)?;
-            let send = |c: &acs_core::CompletionChunk| match &on_chunk {
-                Some(f) => f
-                    .call1(&JsValue::NULL, &to_js(c))
-                    .map(|r| r.as_bool() != Some(false))
-                    .unwrap_or(false),
-                None => true,
-            };
-            let aborted = || signal.as_ref().is_some_and(|s| s.aborted());
-            answer(rt.complete(&body, send, aborted).await)
-        })
+        self.respond(Endpoint::Completions, body, on_chunk, signal)
+    }
+
+    /// `POST /v1/chat/completions`, as [`Acs::completions`]: the chunks and the
+    /// answer are chat's.
+    #[wasm_bindgen(js_name = chatCompletions)]
+    pub fn chat_completions(
+        &self,
+        body: JsValue,
+        on_chunk: Option<js_sys::Function>,
+        signal: Option<web_sys::AbortSignal>,
+    ) -> js_sys::Promise {
+        self.respond(Endpoint::ChatCompletions, body, on_chunk, signal)
     }
 
     /// `POST /v1/completion-jobs`: resolves to `{ job, replayed }` (`replayed` when the
@@ -348,6 +348,30 @@ impl Acs {
 }
 
 /// A loading failure as a JS `Error` named `AcsLoadError`.
+impl Acs {
+    fn respond(
+        &self,
+        endpoint: Endpoint,
+        body: JsValue,
+        on_chunk: Option<js_sys::Function>,
+        signal: Option<web_sys::AbortSignal>,
+    ) -> js_sys::Promise {
+        let rt = Rc::clone(&self.rt);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let body = request_body(body).map_err(api_error)?;
+            let send = |c: &serde_json::Value| match &on_chunk {
+                Some(f) => f
+                    .call1(&JsValue::NULL, &to_js(c))
+                    .map(|r| r.as_bool() != Some(false))
+                    .unwrap_or(false),
+                None => true,
+            };
+            let aborted = || signal.as_ref().is_some_and(|s| s.aborted());
+            answer(rt.complete(&body, endpoint, send, aborted).await)
+        })
+    }
+}
+
 fn load_error(e: LoadError) -> JsValue {
     let err = js_sys::Error::new(&e.to_string());
     err.set_name("AcsLoadError");

@@ -11,14 +11,15 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use acs_core::chat::ChatStream;
 use acs_core::ids::{body_digest, completion_id, request_id};
 use acs_core::jobs::{self, Begin, Start};
 use acs_core::request::canonical_json;
 use acs_core::response::{List, TEXT_COMPLETION};
 use acs_core::sql::MAX_SAFE_INTEGER;
 use acs_core::{
-    ApiError, Budget, BudgetView, Completion, CompletionChunk, CompletionRequest, Endpoint, Job,
-    JobId, JobObject, JobStatus, MemoryStore, ModelInfo, Outcome, Store, Timestamp, ledger,
+    Answer, ApiError, Budget, BudgetView, CompletionChunk, CompletionRequest, Endpoint, Job, JobId,
+    JobObject, JobStatus, MemoryStore, ModelInfo, Outcome, Shape, Store, Timestamp, ledger,
 };
 use acs_engine::control::ControlVectors;
 use acs_engine::{Event, Generation, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
@@ -229,16 +230,23 @@ impl Runtime {
         self.budget()
     }
 
-    /// `POST /v1/completions`: `on_chunk` gets the stream's chunks when the request
-    /// streams (returning `false`, or `aborted()` turning true, cancels it); the whole
-    /// Completion is returned either way.
+    /// `POST /v1/completions` or `POST /v1/chat/completions` (`endpoint`): `on_chunk`
+    /// gets the stream's chunks (as JSON) when the request streams (returning `false`,
+    /// or `aborted()` turning true, cancels it); the whole answer is returned either
+    /// way.
     pub async fn complete(
         &self,
         body: &serde_json::Value,
-        mut on_chunk: impl FnMut(&CompletionChunk) -> bool,
+        endpoint: Endpoint,
+        mut on_chunk: impl FnMut(&serde_json::Value) -> bool,
         aborted: impl Fn() -> bool,
-    ) -> Result<Completion, ApiError> {
-        let req = CompletionRequest::from_value(body, Endpoint::Completions)?;
+    ) -> Result<Answer, ApiError> {
+        let req = CompletionRequest::from_value(body, endpoint)?;
+        let shape = req.shape();
+        let mut chat = match shape {
+            Shape::Chat { top_logprobs } => Some(ChatStream::new(top_logprobs)),
+            Shape::Text => None,
+        };
         let generation = self.prepare(&req)?;
         let rid = request_id(random());
         let hold = generation.hold_tokens();
@@ -255,13 +263,20 @@ impl Runtime {
             }
         };
         let (id, created) = (completion_id(random()), now().unix_seconds());
-        let chunk = |choices, usage| CompletionChunk {
-            id: id.clone(),
-            object: TEXT_COMPLETION.into(),
-            created,
-            model: req.model.clone(),
-            choices,
-            usage,
+        let mut chunk = |choices, usage| {
+            let c = CompletionChunk {
+                id: id.clone(),
+                object: TEXT_COMPLETION.into(),
+                created,
+                model: req.model.clone(),
+                choices,
+                usage,
+            };
+            let json = match &mut chat {
+                Some(stream) => serde_json::to_value(stream.chunk(c)),
+                None => serde_json::to_value(c),
+            };
+            json.unwrap_or_default()
         };
         let mut end = Err(ApiError::internal("the engine ended without a result"));
         while let Some(event) = rx.next().await {
@@ -276,7 +291,8 @@ impl Runtime {
                     if req.stream && req.stream_include_usage {
                         on_chunk(&chunk(Vec::new(), Some(f.usage)));
                     }
-                    end = Ok(f.into_completion(&req.model, id.clone(), created));
+                    let c = f.into_completion(&req.model, id.clone(), created);
+                    end = Ok(Answer::new(c, shape));
                 }
                 Event::Failed(e) => {
                     self.tx(|s| ledger::settle(s, &rid, 0).map(drop))?;
@@ -350,7 +366,7 @@ impl Runtime {
     }
 
     /// `GET /v1/completion-jobs/{id}/result`.
-    pub fn job_result(&self, id: &str) -> Result<Completion, ApiError> {
+    pub fn job_result(&self, id: &str) -> Result<Answer, ApiError> {
         let id = jobs::parse_id(id)?;
         jobs::result(&*self.store.borrow(), KEY, id, now())
     }
@@ -422,6 +438,7 @@ async fn dispatch_once(rt: &Rc<Runtime>) {
 
 async fn run_job(rt: Rc<Runtime>, job: Job, generation: Generation) {
     let id = job.id;
+    let shape = generation.shape;
     let (tx, mut rx) = mpsc::unbounded();
     let (outcome, used) = match rt
         .submit(generation, Box::new(move |e| tx.unbounded_send(e).is_ok()))
@@ -447,7 +464,7 @@ async fn run_job(rt: Rc<Runtime>, job: Job, generation: Generation) {
                     Event::Delta(_) => {}
                     Event::Done(f) => {
                         let id = completion_id(random());
-                        end = f.into_outcome(&job.model, id, now().unix_seconds());
+                        end = f.into_outcome(&job.model, id, now().unix_seconds(), shape);
                     }
                     Event::Failed(e) => end = (Outcome::Failed(e), 0),
                 }

@@ -21,7 +21,7 @@ fn model() -> ModelInfo {
 }
 
 fuzz_target!(|body: &[u8]| {
-    for endpoint in [Endpoint::Completions, Endpoint::Jobs] {
+    for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Jobs] {
         match CompletionRequest::parse(body, endpoint) {
             Ok(req) => {
                 // Prompt lengths as a tokenizer might give them: a few tokens per text.
@@ -32,6 +32,9 @@ fuzz_target!(|body: &[u8]| {
                     .map(|p| match p {
                         acs_core::PromptItem::Text(t) => t.len() / 3,
                         acs_core::PromptItem::Tokens(ids) => ids.len(),
+                        acs_core::PromptItem::Chat(messages) => {
+                            messages.iter().map(|m| m.content.len() / 3 + 4).sum()
+                        }
                     })
                     .collect();
                 if let Err(e) = req.check_against(&model(), &lens) {

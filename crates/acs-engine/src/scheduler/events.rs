@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use acs_core::response::{Activation, TEXT_COMPLETION};
-use acs_core::{ApiError, Choice, Completion, Outcome, Usage};
+use acs_core::{Answer, ApiError, Choice, Completion, Outcome, Shape, Usage};
 
 /// What a request's sink receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,14 +47,20 @@ impl Finished {
     }
 
     /// How a job's run ended, and the tokens it is charged: a cancelled job keeps no
-    /// result but pays for what it generated.
-    pub fn into_outcome(self, model: &str, id: String, created: i64) -> (Outcome, u64) {
+    /// result but pays for what it generated. The result is shaped as `shape` says.
+    pub fn into_outcome(
+        self,
+        model: &str,
+        id: String,
+        created: i64,
+        shape: Shape,
+    ) -> (Outcome, u64) {
         let used = self.usage.total_tokens;
         if self.cancelled {
             (Outcome::Cancelled, used)
         } else {
             (
-                Outcome::Succeeded(self.into_completion(model, id, created)),
+                Outcome::Succeeded(Answer::new(self.into_completion(model, id, created), shape)),
                 used,
             )
         }

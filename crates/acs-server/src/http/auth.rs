@@ -122,11 +122,12 @@ fn check_edge(state: &AppState, headers: &HeaderMap) -> Result<Endpoint, ApiErro
     }
     match headers.get(ENDPOINT_HEADER).and_then(|v| v.to_str().ok()) {
         None | Some("completions") => Ok(Endpoint::Completions),
+        Some("chat") => Ok(Endpoint::ChatCompletions),
         Some("jobs") => Ok(Endpoint::Jobs),
         Some(other) => Err(ApiError::param(
             ErrorCode::InvalidValue,
             ENDPOINT_HEADER,
-            format!("{ENDPOINT_HEADER} is completions or jobs, not {other:?}."),
+            format!("{ENDPOINT_HEADER} is completions, chat or jobs, not {other:?}."),
         )),
     }
 }

@@ -1,6 +1,7 @@
-//! `POST /v1/completions`: validate, take a Hold, run on the engine, answer (whole or
-//! streamed), and always settle the Hold when the request ends, whatever the client
-//! does in between ([`crate::run`]).
+//! `POST /v1/completions` and `POST /v1/chat/completions`: validate, take a Hold, run
+//! on the engine, answer (whole or streamed), and always settle the Hold when the
+//! request ends, whatever the client does in between ([`crate::run`]). A chat request
+//! is a completion of its rendered conversation, answered in chat's shape.
 
 use acs_core::{ApiError, CompletionRequest, Endpoint, ledger};
 use axum::extract::State;
@@ -15,16 +16,34 @@ use super::sse::{Audience, sse};
 use super::state::AppState;
 use crate::run::{self, Out, Payer};
 
-/// The handler.
+/// `POST /v1/completions`.
 pub async fn create(
     State(state): State<AppState>,
     key: Result<Authenticated, Failure>,
     body: Result<LimitedBody, Failure>,
 ) -> Result<Response, Failure> {
+    answer(state, key, body, Endpoint::Completions).await
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn create_chat(
+    State(state): State<AppState>,
+    key: Result<Authenticated, Failure>,
+    body: Result<LimitedBody, Failure>,
+) -> Result<Response, Failure> {
+    answer(state, key, body, Endpoint::ChatCompletions).await
+}
+
+async fn answer(
+    state: AppState,
+    key: Result<Authenticated, Failure>,
+    body: Result<LimitedBody, Failure>,
+    endpoint: Endpoint,
+) -> Result<Response, Failure> {
     let (Authenticated(key), LimitedBody(bytes)) = (key?, body?);
     let service = &state.service;
-    let req = CompletionRequest::parse(&bytes, Endpoint::Completions)?;
-    let model = req.model.clone();
+    let req = CompletionRequest::parse(&bytes, endpoint)?;
+    let (model, shape) = (req.model.clone(), req.shape());
     let (stream, include_usage) = (req.stream, req.stream_include_usage);
     let mut generation = run::prepare(service, req).await?;
     generation.scope = service.scope(&key.id);
@@ -49,7 +68,7 @@ pub async fn create(
         while let Some(out) = a.rx.recv().await {
             match out {
                 Out::Delta(_) => {}
-                Out::Done(f) => result = Some(Ok(run::completion(f, &model))),
+                Out::Done(f) => result = Some(Ok(run::answer(f, &model, shape))),
                 Out::Failed(e) => result = Some(Err(e)),
             }
         }

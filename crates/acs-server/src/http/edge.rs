@@ -4,7 +4,8 @@
 //!
 //! Both routes exist only with `acs serve --edge-secret`, and take the request only
 //! from the edge ([`EdgeCaller`]). `x-acs-endpoint: jobs` validates a body by the
-//! rules of `/v1/completion-jobs` (activations allowed, no streaming);
+//! rules of `/v1/completion-jobs` (activations allowed, no streaming), `chat` by those
+//! of `/v1/chat/completions` (its stream and result are then chat's);
 //! `x-acs-cache-scope` names the edge's key, whose requests alone share their prompts.
 
 use acs_core::CompletionRequest;

@@ -73,6 +73,10 @@ pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
         .route("/v1/models", get(models::list).fallback(method_not_allowed))
         .route("/v1/budget", get(budget::get).fallback(method_not_allowed))
         .route(
+            "/v1/chat/completions",
+            post(completions::create_chat).fallback(method_not_allowed),
+        )
+        .route(
             "/v1/completions",
             post(completions::create).fallback(method_not_allowed),
         )

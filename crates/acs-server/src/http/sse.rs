@@ -1,11 +1,13 @@
 //! Completions as server-sent events: one event per engine step, `data: [DONE]` at
-//! the end, for a client or for a trusted edge ([`Audience`]).
+//! the end, for a client or for a trusted edge ([`Audience`]); a chat request's are
+//! chat chunks, and its result a chat completion.
 
 use std::convert::Infallible;
 
-use acs_core::Usage;
+use acs_core::chat::ChatStream;
 use acs_core::ids::completion_id;
 use acs_core::response::{CompletionChunk, TEXT_COMPLETION};
+use acs_core::{Answer, Shape, Usage};
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -25,7 +27,7 @@ pub enum Audience {
     /// A trusted edge, which charges the key itself. Besides the client's chunks (when
     /// the client streams) it gets the running usage after every step as
     /// `event: usage` (so that a client who leaves is charged what was generated),
-    /// the whole Completion as `event: result` when the client does not stream, and
+    /// the whole answer as `event: result` when the client does not stream, and
     /// failures as `event: error`.
     Edge {
         /// Whether the edge's client streams (and so wants the chunks).
@@ -33,6 +35,32 @@ pub enum Audience {
         /// The client's `stream_options.include_usage`.
         include_usage: bool,
     },
+}
+
+/// The `data:` lines of one stream's chunks, in its request's shape: chat's first
+/// chunk of a choice names its role, so a chat stream keeps which choices have begun.
+struct Chunks {
+    id: String,
+    created: i64,
+    model: String,
+    chat: Option<ChatStream>,
+}
+
+impl Chunks {
+    fn line(&mut self, choices: Vec<acs_core::Choice>, usage: Option<Usage>) -> String {
+        let c = CompletionChunk {
+            id: self.id.clone(),
+            object: TEXT_COMPLETION.into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        };
+        match &mut self.chat {
+            Some(stream) => data_line(&stream.chunk(c)),
+            None => data_line(&c),
+        }
+    }
 }
 
 /// Server-sent events: one event per engine step, `data: [DONE]` at the end.
@@ -46,65 +74,64 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
             include_usage,
         } => (chunks, include_usage, true),
     };
-    let chunk = {
-        let (id, model) = (id.clone(), model.clone());
-        move |choices, usage| CompletionChunk {
-            id: id.clone(),
-            object: TEXT_COMPLETION.into(),
-            created,
-            model: model.clone(),
-            choices,
-            usage,
-        }
+    let shape = a.shape;
+    let writer = Chunks {
+        id: id.clone(),
+        created,
+        model: model.clone(),
+        chat: match shape {
+            Shape::Chat { top_logprobs } => Some(ChatStream::new(top_logprobs)),
+            Shape::Text => None,
+        },
     };
     let prompt_lens = a.prompt_lens;
     // Completion tokens so far: every generated token moves its choice once.
-    let start = (a.rx, false, 0usize);
-    let events = futures_util::stream::unfold(start, move |(mut rx, ended, generated)| {
-        let chunk = chunk.clone();
-        let (id, model, prompt_lens) = (id.clone(), model.clone(), prompt_lens.clone());
-        async move {
-            if ended {
-                return None;
+    let start = (a.rx, writer, false, 0usize);
+    let events =
+        futures_util::stream::unfold(start, move |(mut rx, mut writer, ended, generated)| {
+            let (id, model, prompt_lens) = (id.clone(), model.clone(), prompt_lens.clone());
+            async move {
+                if ended {
+                    return None;
+                }
+                let mut t = String::new();
+                match rx.recv().await? {
+                    Out::Delta(d) => {
+                        let generated = generated + d.len();
+                        if edge {
+                            t.push_str(&usage_event(&Usage::new(&prompt_lens, &[generated])));
+                        }
+                        if chunks {
+                            t.push_str(&writer.line(d, None));
+                        }
+                        Some((Ok::<_, Infallible>(t), (rx, writer, false, generated)))
+                    }
+                    Out::Done(f) => {
+                        if edge {
+                            t.push_str(&usage_event(&f.usage));
+                        }
+                        if chunks && include_usage {
+                            t.push_str(&writer.line(Vec::new(), Some(f.usage)));
+                        }
+                        if edge && !chunks {
+                            let c = f.into_completion(&model, id, created);
+                            t.push_str(&event("result", &Answer::new(c, shape)));
+                        }
+                        t.push_str("data: [DONE]\n\n");
+                        Some((Ok(t), (rx, writer, true, generated)))
+                    }
+                    Out::Failed(e) => {
+                        if edge {
+                            t.push_str(&format!("event: error\ndata: {}\n\n", e.to_json()));
+                        } else {
+                            t.push_str(&format!("data: {}\n\n", e.to_json()));
+                        }
+                        t.push_str("data: [DONE]\n\n");
+                        Some((Ok(t), (rx, writer, true, generated)))
+                    }
+                }
             }
-            let mut t = String::new();
-            match rx.recv().await? {
-                Out::Delta(d) => {
-                    let generated = generated + d.len();
-                    if edge {
-                        t.push_str(&usage_event(&Usage::new(&prompt_lens, &[generated])));
-                    }
-                    if chunks {
-                        t.push_str(&data_line(&chunk(d, None)));
-                    }
-                    Some((Ok::<_, Infallible>(t), (rx, false, generated)))
-                }
-                Out::Done(f) => {
-                    if edge {
-                        t.push_str(&usage_event(&f.usage));
-                    }
-                    if chunks && include_usage {
-                        t.push_str(&data_line(&chunk(Vec::new(), Some(f.usage))));
-                    }
-                    if edge && !chunks {
-                        let c = f.into_completion(&model, id, created);
-                        t.push_str(&event("result", &c));
-                    }
-                    t.push_str("data: [DONE]\n\n");
-                    Some((Ok(t), (rx, true, generated)))
-                }
-                Out::Failed(e) => {
-                    if edge {
-                        t.push_str(&format!("event: error\ndata: {}\n\n", e.to_json()));
-                    } else {
-                        t.push_str(&format!("data: {}\n\n", e.to_json()));
-                    }
-                    t.push_str("data: [DONE]\n\n");
-                    Some((Ok(t), (rx, true, generated)))
-                }
-            }
-        }
-    });
+        });
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -115,7 +142,7 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
         .into_response()
 }
 
-fn data_line(c: &CompletionChunk) -> String {
+fn data_line(c: &impl serde::Serialize) -> String {
     format!(
         "data: {}\n\n",
         serde_json::to_string(c).expect("chunks serialise")

@@ -9,10 +9,18 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::chat::Shape;
 use crate::error::{ApiError, ErrorCode};
 use crate::response::ModelInfo;
+
+mod chat;
+mod fields;
+
+pub use chat::{ChatMessage, ChatRole, DEFAULT_CHAT_MAX_TOKENS, MAX_MESSAGES, MAX_TOP_LOGPROBS};
+use fields::{Fields, missing, reject_unknown, wrong_type};
+pub use fields::{canonical_json, parse_json_object};
 
 /// Most choices per prompt.
 pub const MAX_N: u32 = 128;
@@ -54,7 +62,10 @@ pub const MAX_LOGIT_BIAS: usize = 1024;
 pub enum Endpoint {
     /// `POST /v1/completions`
     Completions,
-    /// `POST /v1/completion-jobs`
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/completion-jobs`: a completions body, or a chat body (with
+    /// `messages`)
     Jobs,
 }
 
@@ -70,6 +81,9 @@ pub enum Prompt {
     Tokens(Vec<u32>),
     /// Several prompts as token ids.
     TokenLists(Vec<Vec<u32>>),
+    /// One conversation (a chat body's `messages`), rendered into one prompt by the
+    /// model's chat template.
+    Chat(Vec<ChatMessage>),
 }
 
 /// One prompt of a request, text or ids.
@@ -79,13 +93,15 @@ pub enum PromptItem<'a> {
     Text(&'a str),
     /// Ids to use as they are.
     Tokens(&'a [u32]),
+    /// A conversation for the model's chat template.
+    Chat(&'a [ChatMessage]),
 }
 
 impl Prompt {
     /// How many prompts there are.
     pub fn len(&self) -> usize {
         match self {
-            Prompt::Text(_) | Prompt::Tokens(_) => 1,
+            Prompt::Text(_) | Prompt::Tokens(_) | Prompt::Chat(_) => 1,
             Prompt::Texts(v) => v.len(),
             Prompt::TokenLists(v) => v.len(),
         }
@@ -103,6 +119,7 @@ impl Prompt {
             Prompt::Texts(v) => v.iter().map(|t| PromptItem::Text(t)).collect(),
             Prompt::Tokens(ids) => vec![PromptItem::Tokens(ids)],
             Prompt::TokenLists(v) => v.iter().map(|ids| PromptItem::Tokens(ids)).collect(),
+            Prompt::Chat(messages) => vec![PromptItem::Chat(messages)],
         }
     }
 }
@@ -165,6 +182,10 @@ pub struct CompletionRequest {
     pub prompt: Prompt,
     /// Most tokens per choice.
     pub max_tokens: u32,
+    /// Whether `max_tokens` is chat's default rather than the client's: it then
+    /// shrinks to what the context window leaves after the prompt
+    /// ([`CompletionRequest::max_tokens_for`]).
+    pub fit_max_tokens: bool,
     /// Choices per prompt.
     pub n: u32,
     /// Sampling temperature; 0 is greedy.
@@ -228,11 +249,17 @@ impl CompletionRequest {
         Self::from_value(&value, endpoint)
     }
 
-    /// Checks an already-parsed JSON object.
+    /// Checks an already-parsed JSON object. A job's body is a chat body when it has
+    /// `messages`.
     pub fn from_value(value: &Value, endpoint: Endpoint) -> Result<Self, ApiError> {
         let obj = value.as_object().ok_or_else(|| {
             ApiError::new(ErrorCode::InvalidJson, "The body must be a JSON object.")
         })?;
+        if endpoint == Endpoint::ChatCompletions
+            || (endpoint == Endpoint::Jobs && obj.contains_key("messages"))
+        {
+            return chat::parse(obj, endpoint);
+        }
         reject_unknown(obj, FIELDS, "")?;
         let f = Fields { obj, prefix: "" };
 
@@ -296,6 +323,7 @@ impl CompletionRequest {
             model,
             prompt,
             max_tokens,
+            fit_max_tokens: false,
             n,
             temperature,
             top_p,
@@ -313,6 +341,33 @@ impl CompletionRequest {
             steering,
             activations,
         })
+    }
+
+    /// Whether this is a chat request (its answer is a chat completion).
+    pub fn is_chat(&self) -> bool {
+        matches!(self.prompt, Prompt::Chat(_))
+    }
+
+    /// How the request's answer is shaped.
+    pub fn shape(&self) -> Shape {
+        if self.is_chat() {
+            Shape::Chat {
+                top_logprobs: usize::from(self.logprobs.unwrap_or(0)),
+            }
+        } else {
+            Shape::Text
+        }
+    }
+
+    /// The most tokens a choice of a prompt of `prompt_len` tokens may generate on
+    /// `model`: `max_tokens`, or for chat's default what the context window leaves.
+    pub fn max_tokens_for(&self, model: &ModelInfo, prompt_len: usize) -> u32 {
+        if self.fit_max_tokens {
+            let left = u64::from(model.context_window).saturating_sub(prompt_len as u64);
+            self.max_tokens.min(u32::try_from(left).unwrap_or(u32::MAX))
+        } else {
+            self.max_tokens
+        }
     }
 
     /// How many choices the request makes: prompts × n.
@@ -343,14 +398,19 @@ impl CompletionRequest {
                     format!("Prompt {p} is empty: it has no tokens."),
                 ));
             }
-            let need = len as u64 + u64::from(self.max_tokens);
-            if need > u64::from(model.context_window) {
+            let max_tokens = self.max_tokens_for(model, len);
+            let need = len as u64 + u64::from(max_tokens);
+            if need > u64::from(model.context_window) || (self.fit_max_tokens && max_tokens == 0) {
+                let (param, what) = match self.prompt {
+                    Prompt::Chat(_) => ("messages", "the rendered conversation".to_owned()),
+                    _ => ("prompt", format!("prompt {p}")),
+                };
                 return Err(ApiError::param(
                     ErrorCode::ContextLengthExceeded,
-                    "prompt",
+                    param,
                     format!(
-                        "This model's context window is {} tokens; prompt {p} has {len} tokens and max_tokens is {} ({need} in all).",
-                        model.context_window, self.max_tokens
+                        "This model's context window is {} tokens; {what} has {len} tokens and max_tokens is {max_tokens} ({need} in all).",
+                        model.context_window
                     ),
                 ));
             }
@@ -414,204 +474,6 @@ pub fn hold_tokens(prompt_lens: &[usize], n: u32, max_tokens: u32) -> u64 {
 /// Choice `i` of prompt `p` has index `p * n + i`.
 pub fn choice_index(prompt: usize, choice: usize, n: u32) -> u32 {
     (prompt * n as usize + choice) as u32
-}
-
-/// Parses a body into a JSON object, with `invalid_json` for anything else.
-pub fn parse_json_object(body: &[u8]) -> Result<Value, ApiError> {
-    let text = std::str::from_utf8(body).map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidJson,
-            format!("The body is not valid UTF-8 (at byte {}).", e.valid_up_to()),
-        )
-    })?;
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidJson,
-            format!("The body is not valid JSON: {e}."),
-        )
-    })?;
-    if !value.is_object() {
-        return Err(ApiError::new(
-            ErrorCode::InvalidJson,
-            "The body must be a JSON object.",
-        ));
-    }
-    Ok(value)
-}
-
-/// The JSON text of `value` with object keys sorted at every depth, so that two
-/// bodies that mean the same compare equal (used by idempotency).
-pub fn canonical_json(value: &Value) -> String {
-    // Sorting here makes the result independent of serde_json's `preserve_order`.
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(&m[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(x, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn missing(param: &str, message: &str) -> ApiError {
-    ApiError::param(ErrorCode::MissingParameter, param, message)
-}
-
-fn wrong_type(param: &str, expected: &str) -> ApiError {
-    ApiError::param(
-        ErrorCode::InvalidType,
-        param,
-        format!("{param} must be {expected}."),
-    )
-}
-
-fn reject_unknown(obj: &Map<String, Value>, known: &[&str], prefix: &str) -> Result<(), ApiError> {
-    if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
-        let param = format!("{prefix}{k}");
-        return Err(ApiError::param(
-            ErrorCode::UnknownParameter,
-            param.clone(),
-            format!("Unrecognized request argument supplied: {param}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Typed access to an object's fields, with `param` set to `prefix + name`.
-/// `null` counts as absent, as in the OpenAI API.
-struct Fields<'a> {
-    obj: &'a Map<String, Value>,
-    prefix: &'a str,
-}
-
-impl Fields<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
-        self.obj.get(name).filter(|v| !v.is_null())
-    }
-
-    fn param(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
-    }
-
-    fn string(&self, name: &str) -> Result<Option<String>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(wrong_type(&self.param(name), "a string")),
-        }
-    }
-
-    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(wrong_type(&self.param(name), "a boolean")),
-        }
-    }
-
-    fn int_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
-        let Some(v) = self.get(name) else {
-            return Ok(None);
-        };
-        let param = self.param(name);
-        let int = as_integer(v).ok_or_else(|| wrong_type(&param, "an integer"))?;
-        match int {
-            Some(i) if (lo..=hi).contains(&i) => Ok(Some(i)),
-            _ => Err(ApiError::invalid_value(
-                param.clone(),
-                format!("{param} must be an integer from {lo} to {hi}; got {v}."),
-            )),
-        }
-    }
-
-    fn number_in(&self, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
-        let Some(v) = self.get(name) else {
-            return Ok(None);
-        };
-        let param = self.param(name);
-        let x = v.as_f64().ok_or_else(|| wrong_type(&param, "a number"))?;
-        if !x.is_finite() || x < f64::from(lo) || x > f64::from(hi) {
-            return Err(ApiError::invalid_value(
-                param.clone(),
-                format!("{param} must be a number from {lo} to {hi}; got {v}."),
-            ));
-        }
-        Ok(Some(x as f32))
-    }
-
-    fn seed(&self, name: &str) -> Result<Option<u64>, ApiError> {
-        let Some(v) = self.get(name) else {
-            return Ok(None);
-        };
-        let param = self.param(name);
-        match v {
-            Value::Number(num) => {
-                if let Some(u) = num.as_u64() {
-                    Ok(Some(u))
-                } else if let Some(i) = num.as_i64() {
-                    // Negative seeds are valid in the OpenAI API; keep their bits.
-                    Ok(Some(i as u64))
-                } else if num.as_f64().is_some_and(|f| f.fract() == 0.0) {
-                    Err(ApiError::invalid_value(
-                        param.clone(),
-                        format!("{param} must fit in 64 bits; got {v}."),
-                    ))
-                } else {
-                    Err(wrong_type(&param, "an integer"))
-                }
-            }
-            _ => Err(wrong_type(&param, "an integer")),
-        }
-    }
-}
-
-/// `Some(Some(i))` for an integer in i64, `Some(None)` for an integral number out of
-/// range (a range error, not a type error), `None` for anything else.
-fn as_integer(v: &Value) -> Option<Option<i64>> {
-    let Value::Number(num) = v else {
-        return None;
-    };
-    if let Some(i) = num.as_i64() {
-        return Some(Some(i));
-    }
-    if num.as_u64().is_some() {
-        return Some(None);
-    }
-    match num.as_f64() {
-        Some(f) if f.fract() == 0.0 && f.is_finite() => {
-            if f.abs() < 9.0e15 {
-                Some(Some(f as i64))
-            } else {
-                Some(None)
-            }
-        }
-        _ => None,
-    }
 }
 
 fn token_id(v: &Value) -> Option<u32> {

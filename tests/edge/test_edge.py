@@ -2,7 +2,8 @@
 an upstream dies mid-run, jobs charged once, a client that goes away, key isolation,
 the admin secret, and the openai Python SDK as a client.
 
-Needs: ACS_BIN (an acs binary), ACS_TEST_MODEL (a GGUF; the default SmolLM2), and the
+Needs: ACS_BIN (an acs binary), ACS_TEST_MODEL (a GGUF; the default SmolLM2),
+ACS_GEMMA3_MODEL (Gemma 3 270M, for upstreams that serve different models), and the
 built worker (worker/build.sh). tests/edge/run.sh sets them up.
 """
 
@@ -56,9 +57,11 @@ def wait_for(url: str, proc: subprocess.Popen, log: pathlib.Path, timeout: float
 class Upstream:
     """One `acs serve --edge-secret` process, which can be killed and started again."""
 
-    def __init__(self, data: pathlib.Path):
+    def __init__(self, data: pathlib.Path, models: list[str] | None = None):
         self.port = free_port()
         self.data = data
+        # `--model` arguments; by default the test model as SmolLM2-135M-Instruct.
+        self.models = models
         self.log = data / "serve.log"
         self.proc: subprocess.Popen | None = None
 
@@ -68,7 +71,10 @@ class Upstream:
 
     def start(self) -> None:
         args = [ACS_BIN, "serve", "--addr", f"127.0.0.1:{self.port}", "--data", str(self.data)]
-        if MODEL:
+        if self.models is not None:
+            for m in self.models:
+                args += ["--model", m]
+        elif MODEL:
             args += ["--model", MODEL, "--model-id", "SmolLM2-135M-Instruct"]
         env = dict(os.environ, ACS_EDGE_SECRET=EDGE_SECRET)
         self.proc = subprocess.Popen(args, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
@@ -439,3 +445,60 @@ def test_the_openai_sdk_runs_the_tutorials_steps_through_the_edge(cluster):
     assert u["completion_tokens"] == 8 and u["total_tokens"] == u["prompt_tokens"] + 8
     b = settle_budget(edge, key)
     assert b["tokens_held"] == 0 and b["running"] == 0
+
+
+def test_each_request_goes_to_an_upstream_that_serves_its_model():
+    # Two upstreams with different models: the edge lists both, and sends each request
+    # (completions, chat, jobs) to the upstream that serves the model it names.
+    gemma = os.environ.get("ACS_GEMMA3_MODEL")
+    assert gemma and os.path.exists(gemma), "ACS_GEMMA3_MODEL (scripts/fetch-gemma3.sh) is needed"
+    with tempfile.TemporaryDirectory(prefix="acs-edge-models.") as d:
+        tmp = pathlib.Path(d)
+        ups = []
+        for name, models in (("smol", [f"SmolLM2-135M-Instruct={MODEL}"]), ("gemma", [f"gemma={gemma}"])):
+            (tmp / name).mkdir()
+            u = Upstream(tmp / name, models)
+            u.start()
+            ups.append(u)
+        edge = Edge(tmp, ups)
+        try:
+            r = httpx.get(f"{edge.url}/v1/models")
+            assert r.status_code == 200, r.text
+            ids = [m["id"] for m in r.json()["data"]]
+            assert ids == ["SmolLM2-135M-Instruct", "llama-8b", "gemma"], ids
+            families = {m["id"]: m["family"] for m in r.json()["data"]}
+            assert families["gemma"] == "gemma3" and families["llama-8b"] == "llama", families
+            key = edge.new_key(1_000_000)
+            for i in range(6):
+                for model in ("gemma", "SmolLM2-135M-Instruct"):
+                    r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=120,
+                                   json={"model": model, "prompt": f"Prompt {i} is", "max_tokens": 2})
+                    assert r.status_code == 200, (model, r.text)
+                    assert r.json()["model"] == model
+            chat = {"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 2}
+            r = httpx.post(f"{edge.url}/v1/chat/completions", headers=auth(key), timeout=120,
+                           json={"model": "SmolLM2-135M-Instruct", **chat})
+            assert r.status_code == 200 and r.json()["object"] == "chat.completion", r.text
+            r = httpx.post(f"{edge.url}/v1/chat/completions", headers=auth(key), timeout=120,
+                           json={"model": "gemma", **chat})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "chat_template_missing", r.text
+            r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key),
+                           json={"model": "nope", "prompt": "x", "max_tokens": 1})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+            r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key),
+                           json={"model": "gemma", "prompt": "The sky is", "max_tokens": 2})
+            assert r.status_code == 202, r.text
+            job = r.json()
+            deadline = time.time() + 120
+            while job["status"] not in ("succeeded", "failed", "cancelled") and time.time() < deadline:
+                time.sleep(0.2)
+                job = httpx.get(f"{edge.url}{job['status_url']}", headers=auth(key)).json()
+            assert job["status"] == "succeeded", job
+            res = httpx.get(f"{edge.url}{job['result_url']}", headers=auth(key)).json()
+            assert res["model"] == "gemma" and len(res["choices"]) == 1, res
+            assert settle_budget(edge, key)["tokens_held"] == 0
+        finally:
+            for p in [edge.proc] + [u.proc for u in ups]:
+                if p and p.poll() is None:
+                    p.kill()
+                    p.wait()

@@ -75,13 +75,8 @@ async fn route(req: &mut Request, env: &Env) -> Result<Response, ApiError> {
         ["health"] => Ok(http::text_response(200, "text/plain", "ok".into())),
         ["openapi.json"] => Ok(http::text_response(200, "application/json", OPENAPI.into())),
         ["v1", "models"] => {
-            let mut resp = Upstreams::from_env(env)?.get("/v1/models").await?;
-            let status = resp.status_code();
-            let body = resp
-                .text()
-                .await
-                .map_err(|e| ApiError::internal(format!("models: {e}")))?;
-            Ok(http::text_response(status, "application/json", body))
+            let list = Upstreams::from_env(env)?.models().await?;
+            Ok(http::json(200, &list))
         }
         ["admin", "keys", rest @ ..] => admin(req, env, rest).await,
         _ => {

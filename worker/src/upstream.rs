@@ -4,10 +4,12 @@
 //! the connection) and how to read what they stream back (`acs serve --edge-secret`,
 //! see `crates/acs-server/src/http/edge.rs`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::rc::Rc;
 
-use acs_core::{Answer, ApiError, ErrorBody, ErrorCode, Usage, jobs};
+use acs_core::response::List;
+use acs_core::{Answer, ApiError, ErrorBody, ErrorCode, ModelInfo, Usage, jobs};
 use wasm_bindgen::JsValue;
 use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
@@ -35,6 +37,10 @@ const AFFINITY_SLACK: usize = 4;
 /// prompts spread over the upstreams, and so do a prompt's runs once its upstream has
 /// [`AFFINITY_SLACK`] more of them running than the least busy (as this key's Durable
 /// Object counts them).
+///
+/// Upstreams may serve different models: one that answers a request's model with 404
+/// (`model_not_found`) is passed over for the next, and remembered, so that the
+/// model's later requests try the upstreams that serve it first.
 #[derive(Debug)]
 pub struct Upstreams {
     urls: Vec<String>,
@@ -46,6 +52,9 @@ pub struct Upstreams {
     /// The [`SCOPE_HEADER`] of the runs sent: the key's own, none for a stateless
     /// caller.
     scope: Option<String>,
+    /// (upstream, model) pairs where the upstream answered that it does not serve
+    /// the model: those are tried last.
+    missing: RefCell<HashSet<(usize, String)>>,
 }
 
 /// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
@@ -75,6 +84,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// prompts that begin alike (a system prompt, a few-shot preamble) meet on one server
 /// while prompts that differ early spread.
 const ROUTE_PREFIX_BYTES: usize = 256;
+
+/// The `model` a request body names, if it is JSON that names one.
+fn model_of(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some(v.get("model")?.as_str()?.to_owned())
+}
 
 /// The hash of the beginning of a request body's prompts (a chat body's messages), if
 /// it has any.
@@ -142,6 +157,7 @@ impl Upstreams {
             next: Cell::new(0),
             running,
             scope: None,
+            missing: RefCell::default(),
         })
     }
 
@@ -189,9 +205,17 @@ impl Upstreams {
         run: Option<&AbortSignal>,
     ) -> Result<(Response, usize), ApiError> {
         let start = self.first(body.map(|(text, _)| text));
+        let model = body.and_then(|(text, _)| model_of(text));
+        let n = self.urls.len();
+        let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
+        if let Some(m) = &model {
+            let missing = self.missing.borrow();
+            // Stable: the prompt's own upstream stays first among those that serve it.
+            order.sort_by_key(|&at| missing.contains(&(at, m.clone())));
+        }
         let mut last = String::new();
-        for i in 0..self.urls.len() {
-            let at = (start + i) % self.urls.len();
+        let mut not_served = None;
+        for at in order {
             let base = &self.urls[at];
             let headers = Headers::new();
             let set = |k: &str, v: &str| {
@@ -218,7 +242,19 @@ impl Upstreams {
                 None => Fetch::Request(req).send().await,
             };
             match sent {
-                Ok(resp) => return Ok((resp, at)),
+                // A body's only 404 is its model's: another upstream may serve it.
+                Ok(resp) if resp.status_code() == 404 && model.is_some() => {
+                    if let Some(m) = &model {
+                        self.missing.borrow_mut().insert((at, m.clone()));
+                    }
+                    not_served = Some((resp, at));
+                }
+                Ok(resp) => {
+                    if let Some(m) = &model {
+                        self.missing.borrow_mut().remove(&(at, m.clone()));
+                    }
+                    return Ok((resp, at));
+                }
                 Err(e) => {
                     if run.is_some_and(AbortSignal::aborted) {
                         return Err(unavailable("the request was cancelled"));
@@ -228,12 +264,52 @@ impl Upstreams {
                 }
             }
         }
-        Err(unavailable(last))
+        match not_served {
+            Some(answer) => Ok(answer),
+            None => Err(unavailable(last)),
+        }
     }
 
-    /// `GET path` on an upstream.
-    pub async fn get(&self, path: &str) -> Result<Response, ApiError> {
-        Ok(self.send(Method::Get, path, None, None).await?.0)
+    /// `GET /v1/models` of every upstream that answers: each model once, in the order
+    /// of the upstreams.
+    pub async fn models(&self) -> Result<List<ModelInfo>, ApiError> {
+        let mut data: Vec<ModelInfo> = Vec::new();
+        let mut last = String::new();
+        let mut answered = false;
+        for base in &self.urls {
+            let url = format!("{base}/v1/models")
+                .parse()
+                .map_err(|e| ApiError::internal(format!("upstream url: {e}")))?;
+            let list = match Fetch::Url(url).send().await {
+                Ok(mut resp) if resp.status_code() == 200 => resp.json::<List<ModelInfo>>().await,
+                Ok(resp) => {
+                    last = format!("{base}: {}", resp.status_code());
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            match list {
+                Ok(list) => {
+                    answered = true;
+                    for m in list.data {
+                        if !data.iter().any(|d| d.id == m.id) {
+                            data.push(m);
+                        }
+                    }
+                }
+                Err(e) => last = format!("{base}: {e}"),
+            }
+        }
+        if !answered {
+            return Err(unavailable(last));
+        }
+        Ok(List {
+            object: "list".into(),
+            data,
+            first_id: None,
+            last_id: None,
+            has_more: false,
+        })
     }
 
     /// How many tokens the request would hold: the upstream validates it against its

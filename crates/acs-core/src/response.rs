@@ -155,6 +155,10 @@ pub struct ModelInfo {
     pub created: i64,
     /// Always `"acs"`.
     pub owned_by: String,
+    /// The model family (`general.architecture`: `llama`, `qwen2`, `gemma3`, …).
+    /// Absent from older upstreams, hence the default.
+    #[serde(default)]
+    pub family: String,
     /// Tokens of prompt plus completion one sequence may hold.
     pub context_window: u32,
     /// Transformer blocks; steering layers are `0..n_layers`.

@@ -23,6 +23,7 @@ fn model() -> ModelInfo {
         object: "model".into(),
         created: 0,
         owned_by: "acs".into(),
+        family: "llama".into(),
         context_window: 64,
         n_layers: 4,
         d_model: 8,

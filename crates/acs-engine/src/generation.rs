@@ -123,6 +123,7 @@ pub fn model_info(model: &Model, id: &str, created: i64) -> ModelInfo {
         object: "model".into(),
         created,
         owned_by: "acs".into(),
+        family: c.family.name().into(),
         context_window: c.context as u32,
         n_layers: c.n_layers as u32,
         d_model: c.d_model as u32,

@@ -12,6 +12,7 @@ mod clock;
 mod db;
 mod http;
 mod keys;
+mod model_set;
 mod models;
 mod random;
 mod run;

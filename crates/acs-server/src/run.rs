@@ -23,25 +23,30 @@ use crate::db::Db;
 use crate::random::random;
 use crate::service::Service;
 
-/// Validates and prepares a request for the engine (tokenizing, off the async
-/// threads); no model work runs.
+/// Validates and prepares a request for the engine of the model it names
+/// (tokenizing, off the async threads); no model work runs.
 pub async fn prepare(service: &Service, req: CompletionRequest) -> Result<Generation, ApiError> {
-    let info = service.check_model(&req.model)?;
-    let model = std::sync::Arc::clone(service.engine.model());
-    let controls = std::sync::Arc::clone(&service.controls);
+    let served = service.served(&req.model)?;
+    let info = service.model_info(served, &req.model);
+    let model = std::sync::Arc::clone(served.engine.model());
+    let controls = std::sync::Arc::clone(&served.controls);
     let seed = u64::from_le_bytes(random());
     tokio::task::spawn_blocking(move || prepare_generation(&req, &model, &info, &controls, seed))
         .await
         .map_err(|e| ApiError::internal(format!("prepare task: {e}")))?
 }
 
-/// Runs a prepared request's contrast pairs through the model (off the async
-/// threads), so that the engine can take it.
-pub async fn resolve(service: &Service, mut g: Generation) -> Result<Generation, ApiError> {
+/// Runs a prepared request's contrast pairs through `model` (the id it names; off
+/// the async threads), so that the engine can take it.
+pub async fn resolve(
+    service: &Service,
+    model: &str,
+    mut g: Generation,
+) -> Result<Generation, ApiError> {
     if g.contrasts.is_empty() {
         return Ok(g);
     }
-    let model = std::sync::Arc::clone(service.engine.model());
+    let model = std::sync::Arc::clone(service.served(model)?.engine.model());
     tokio::task::spawn_blocking(move || acs_engine::resolve(&mut g, &model).map(|()| g))
         .await
         .map_err(|e| ApiError::internal(format!("resolve task: {e}")))?
@@ -53,14 +58,16 @@ pub fn hold(generation: &Generation) -> u64 {
     generation.hold_tokens()
 }
 
-/// Hands a prepared request to the engine; its events arrive on the receiver, and the
-/// ticket cancels it.
+/// Hands a prepared request to the engine of `model` (the id it names); its events
+/// arrive on the receiver, and the ticket cancels it.
 pub fn start(
     service: &Service,
+    model: &str,
     generation: Generation,
 ) -> Result<(Ticket, mpsc::UnboundedReceiver<Event>), ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let ticket = service
+        .served(model)?
         .engine
         .submit(generation, Box::new(move |e| tx.send(e).is_ok()))?;
     Ok((ticket, rx))
@@ -139,20 +146,21 @@ fn settle(db: &Db, hold_id: &str, used: u64) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Takes the Hold, resolves the request's contrast pairs and starts the engine; a
-/// task settles the Hold when the engine reports the end, and cancels the engine's
-/// work if the receiver goes away.
+/// Takes the Hold, resolves the request's contrast pairs and starts the engine of
+/// `model`; a task settles the Hold when the engine reports the end, and cancels the
+/// engine's work if the receiver goes away.
 pub async fn admit_and_run(
     service: &Service,
     payer: Payer<'_>,
+    model: &str,
     generation: Generation,
 ) -> Result<Admitted, ApiError> {
     let rid = request_id(random());
     let prompt_lens = generation.prompt_lens();
     let shape = generation.shape;
     let settles = admit(service, payer, &rid, hold(&generation))?;
-    let started = match resolve(service, generation).await {
-        Ok(g) => start(service, g),
+    let started = match resolve(service, model, generation).await {
+        Ok(g) => start(service, model, g),
         Err(e) => Err(e),
     };
     let (ticket, mut erx) = match started {

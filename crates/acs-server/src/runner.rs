@@ -120,8 +120,8 @@ fn spawn_run(state: Service, job: Job, generation: Generation) {
         let id = job.id;
         let shape = generation.shape;
         // The job holds its tokens now: its contrast pairs may run.
-        let started = match run::resolve(&state, generation).await {
-            Ok(g) => run::start(&state, g),
+        let started = match run::resolve(&state, &job.model, generation).await {
+            Ok(g) => run::start(&state, &job.model, g),
             Err(e) => Err(e),
         };
         let (outcome, used) = match started {

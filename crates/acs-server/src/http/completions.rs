@@ -47,7 +47,8 @@ async fn answer(
     let (stream, include_usage) = (req.stream, req.stream_include_usage);
     let mut generation = run::prepare(service, req).await?;
     generation.scope = service.scope(&key.id);
-    let admitted = match run::admit_and_run(service, Payer::Key(&key.id), generation).await {
+    let admitted = match run::admit_and_run(service, Payer::Key(&key.id), &model, generation).await
+    {
         Ok(a) => a,
         Err(e) => {
             // Refusals (402, 429) tell the client where its key stands.

@@ -62,6 +62,6 @@ pub async fn run(
     // The edge's key (SCOPE_HEADER), or, from an edge that names none, no sharing.
     let who = scope.unwrap_or_else(|| acs_core::ids::request_id(crate::random::random()));
     g.scope = state.service.scope(&format!("edge:{who}"));
-    let admitted = run::admit_and_run(&state.service, Payer::Edge, g).await?;
+    let admitted = run::admit_and_run(&state.service, Payer::Edge, &model, g).await?;
     Ok(sse(admitted, model, audience))
 }

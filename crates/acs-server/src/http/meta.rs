@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use super::error::Failure;
 use super::state::AppState;
 
-/// `GET /health`: `ok` while the engine runs, 500 once its thread has stopped.
+/// `GET /health`: `ok` while every model's engine runs, 500 once one's thread has
+/// stopped.
 pub async fn health(State(state): State<AppState>) -> Result<&'static str, Failure> {
-    if state.service.engine.is_running() {
+    if state.service.models.iter().all(|m| m.engine.is_running()) {
         Ok("ok")
     } else {
         Err(Failure(ApiError::internal(

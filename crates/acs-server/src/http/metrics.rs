@@ -1,6 +1,7 @@
 //! `GET /metrics`: the server in Prometheus' text format: requests answered by
 //! method, route and status, and the engine's work (tokens, steps, prompt-cache
-//! hits) and state (requests running and waiting, sequences in a step, KV memory).
+//! hits) and state (requests running and waiting, sequences in a step, KV memory),
+//! each engine's labelled with its `model`.
 //! It carries counts only, nothing of any request's content or key.
 
 use std::collections::BTreeMap;
@@ -37,14 +38,6 @@ pub async fn count(State(metrics): State<Arc<Metrics>>, req: Request, next: Next
     resp
 }
 
-/// One metric's `# HELP` and `# TYPE` lines, and its unlabelled value.
-fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
-}
-
 /// The handler.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut out = String::new();
@@ -65,76 +58,88 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             "{name}{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
         );
     }
-    let engine = &state.service.engine;
-    let s = engine.stats();
-    let counters = [
-        ("acs_engine_steps_total", "Batch steps run.", s.steps),
-        (
-            "acs_engine_prefills_total",
-            "Prompts prefilled.",
-            s.prefills,
-        ),
+    // The engine's metrics, one line per served model (`model` label).
+    let engines: Vec<(&str, &acs_engine::Engine)> = state
+        .service
+        .models
+        .iter()
+        .map(|m| (m.id.as_str(), &m.engine))
+        .collect();
+    let stats: Vec<_> = engines.iter().map(|(_, e)| e.stats()).collect();
+    type Of<'a> = &'a dyn Fn(usize) -> f64;
+    let per_model = |out: &mut String, name: &str, kind: &str, help: &str, value: Of<'_>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (i, (id, _)) in engines.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(i));
+        }
+    };
+    let counters: [(&str, &str, Of<'_>); 6] = [
+        ("acs_engine_steps_total", "Batch steps run.", &|i| {
+            stats[i].steps as f64
+        }),
+        ("acs_engine_prefills_total", "Prompts prefilled.", &|i| {
+            stats[i].prefills as f64
+        }),
         (
             "acs_engine_prefill_tokens_total",
             "Prompt tokens prefilled (not those reused from another prompt's cache).",
-            s.prefill_tokens,
+            &|i| stats[i].prefill_tokens as f64,
         ),
         (
             "acs_engine_decode_tokens_total",
             "Tokens decoded, one per choice per step.",
-            s.decode_tokens,
+            &|i| stats[i].decode_tokens as f64,
         ),
         (
             "acs_engine_prompt_cache_hits_total",
             "Prompts that started from a kept prompt.",
-            s.prompt_cache_hits,
+            &|i| stats[i].prompt_cache_hits as f64,
+        ),
+        (
+            "acs_engine_step_seconds_total",
+            "Time spent in batch steps.",
+            &|i| engines[i].1.step_seconds(),
         ),
     ];
     for (name, help, v) in counters {
-        single(&mut out, name, "counter", help, v);
+        per_model(&mut out, name, "counter", help, v);
     }
-    single(
-        &mut out,
-        "acs_engine_step_seconds_total",
-        "counter",
-        "Time spent in batch steps.",
-        engine.step_seconds(),
-    );
-    let capacity = engine.config().kv_capacity_tokens * engine.model().config.kv_bytes_per_token();
-    let gauges = [
+    let capacity = |i: usize| {
+        let e = engines[i].1;
+        (e.config().kv_capacity_tokens * e.model().config.kv_bytes_per_token()) as f64
+    };
+    let gauges: [(&str, &str, Of<'_>); 6] = [
         (
             "acs_engine_running_requests",
             "Requests running after the last step.",
-            s.running,
+            &|i| stats[i].running as f64,
         ),
         (
             "acs_engine_waiting_requests",
             "Requests waiting for KV memory after the last step.",
-            s.waiting,
+            &|i| stats[i].waiting as f64,
         ),
         (
             "acs_engine_batch_sequences",
             "Sequences in the last step.",
-            s.batch,
+            &|i| stats[i].batch as f64,
         ),
         (
             "acs_engine_kv_bytes",
             "KV cache memory held after the last step, kept prompts included.",
-            s.kv_bytes,
+            &|i| stats[i].kv_bytes as f64,
         ),
         (
             "acs_engine_kv_capacity_bytes",
             "KV cache memory the engine may hold.",
-            capacity as u64,
+            &capacity,
         ),
-        (
-            "acs_engine_up",
-            "1 while the engine thread runs.",
-            u64::from(engine.is_running()),
-        ),
+        ("acs_engine_up", "1 while the engine thread runs.", &|i| {
+            f64::from(u8::from(engines[i].1.is_running()))
+        }),
     ];
     for (name, help, v) in gauges {
-        single(&mut out, name, "gauge", help, v);
+        per_model(&mut out, name, "gauge", help, v);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -1,4 +1,4 @@
-//! `GET /v1/models`: the served model under its id and each alias.
+//! `GET /v1/models`: each served model under its id and each alias.
 
 use acs_core::response::List;
 use axum::extract::State;
@@ -11,8 +11,15 @@ use super::state::AppState;
 /// The handler.
 pub async fn list(State(state): State<AppState>) -> Response {
     let service = &state.service;
-    let mut data = vec![service.model_info(&service.config.model_id)];
-    data.extend(service.config.aliases.iter().map(|a| service.model_info(a)));
+    let data = service
+        .models
+        .iter()
+        .flat_map(|m| {
+            std::iter::once(&m.id)
+                .chain(&m.aliases)
+                .map(|id| service.model_info(m, id))
+        })
+        .collect();
     json_response(
         StatusCode::OK,
         &List {

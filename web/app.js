@@ -2,6 +2,8 @@
 // acs-web package in a Web Worker, through its `fetch`) or to a remote ACS (the `acs`
 // server or the edge worker) with a key.
 import { AcsBrowser } from "./acs-client.js";
+import { ChatBoard, parseConversation } from "./chat.js";
+import { readEvents } from "./events.js";
 
 const $ = (id) => document.getElementById(id);
 let local = null; // the in-browser engine once loaded
@@ -10,6 +12,29 @@ for (const id of ["base", "key", "model-url"]) {
   const saved = localStorage.getItem(`acs.${id}`);
   if (saved) $(id).value = saved;
   $(id).addEventListener("change", () => localStorage.setItem(`acs.${id}`, $(id).value));
+}
+
+const isChat = () => $("kind-chat").checked;
+function showKind() {
+  $("prompts-label").hidden = isChat();
+  $("messages-label").hidden = !isChat();
+  $("grid").hidden = isChat();
+  $("chat").hidden = !isChat();
+  $("run").textContent = isChat() ? "Chat" : "Sample";
+}
+for (const r of document.querySelectorAll("input[name=kind]")) r.addEventListener("change", showKind);
+
+// The model picker: every model the endpoint serves, `llama-8b` (the first) by default.
+function showModels(list) {
+  const select = $("model");
+  const keep = select.value;
+  select.replaceChildren(...list.map((m) => {
+    const o = document.createElement("option");
+    o.value = m.id;
+    o.textContent = `${m.id}${m.family ? ` (${m.family}, ${m.n_layers} layers)` : ""}`;
+    return o;
+  }));
+  select.value = list.some((m) => m.id === keep) ? keep : list[0]?.id ?? "llama-8b";
 }
 
 const isBrowser = () => $("mode-browser").checked;
@@ -84,6 +109,7 @@ $("load").addEventListener("click", async () => {
     const i = local.info;
     bar.value = 1;
     const m = i.models.data[0];
+    showModels(i.models.data);
     status.dataset.fromCache = String(i.fromCache);
     status.dataset.loadMs = String(Math.round(i.loadMs));
     status.dataset.wasmMemory = String(i.wasmMemory);
@@ -104,6 +130,7 @@ $("check").addEventListener("click", async () => {
   try {
     const [models, budget] = await Promise.all([api("/models"), api("/budget")]);
     const m = (await ok(models)).data;
+    showModels(m);
     const b = budget.ok ? await budget.json() : null;
     status.textContent =
       `${m.map((x) => x.id).join(", ")} · ${m[0].n_layers} layers · d_model ${m[0].d_model}` +
@@ -168,8 +195,28 @@ function showUsage(usage, secs) {
     (secs ? ` · ${(usage.completion_tokens / secs).toFixed(1)} tokens/s` : "");
 }
 
+// Chat: the conversation's n replies side by side, each column then its own conversation.
+const board = new ChatBoard($("chat"),
+  (body) => api("/chat/completions", { method: "POST", body: JSON.stringify(body) }),
+  (usage, secs) => { if (usage) showUsage(usage, secs); $("run-status").textContent = `done in ${secs.toFixed(2)} s`; });
+
+function chatBody() {
+  const { prompt: _, max_tokens, ...rest } = requestBody();
+  return { ...rest, messages: parseConversation($("messages").value), max_completion_tokens: max_tokens };
+}
+
 $("request").addEventListener("submit", async (ev) => {
   ev.preventDefault();
+  if (isChat()) {
+    $("usage").textContent = "";
+    $("run-status").textContent = "chatting…";
+    try {
+      await board.start(chatBody());
+    } catch (e) {
+      $("run-status").textContent = String(e.message || e);
+    }
+    return;
+  }
   const body = { ...requestBody(), stream: true, stream_options: { include_usage: true } };
   const cells = buildGrid(body.prompt, body.n);
   const status = $("run-status");
@@ -179,29 +226,13 @@ $("request").addEventListener("submit", async (ev) => {
   try {
     const resp = await api("/completions", { method: "POST", body: JSON.stringify(body) });
     if (!resp.ok) throw new Error(await errorText(resp));
-    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    let usage = null;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value;
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const event = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        const data = event.replace(/^data: /, "");
-        if (data === "[DONE]") continue;
-        const chunk = JSON.parse(data);
-        if (chunk.error) throw new Error(`${chunk.error.code}: ${chunk.error.message}`);
-        if (chunk.usage) usage = chunk.usage;
-        for (const c of chunk.choices) {
-          const cell = cells[c.index];
-          cell.textContent += c.text;
-          if (c.finish_reason) cell.dataset.finish = c.finish_reason;
-        }
+    const usage = await readEvents(resp, (chunk) => {
+      for (const c of chunk.choices) {
+        const cell = cells[c.index];
+        cell.textContent += c.text;
+        if (c.finish_reason) cell.dataset.finish = c.finish_reason;
       }
-    }
+    });
     const secs = (performance.now() - started) / 1000;
     status.textContent = `done in ${secs.toFixed(2)} s`;
     if (usage) showUsage(usage, secs);
@@ -223,7 +254,8 @@ async function untilFinal(id) {
 $("submit-job").addEventListener("click", async () => {
   const status = $("run-status");
   try {
-    const job = await ok(await api("/completion-jobs", { method: "POST", body: JSON.stringify(requestBody()) }));
+    const body = isChat() ? chatBody() : requestBody();
+    const job = await ok(await api("/completion-jobs", { method: "POST", body: JSON.stringify(body) }));
     status.textContent = `job ${job.id} ${job.status}`;
     refreshJobs();
   } catch (e) {
@@ -270,11 +302,15 @@ async function refreshJobs() {
 
 async function showResult(id) {
   const c = await ok(await api(`/completion-jobs/${id}/result`));
-  const n = Math.max(1, c.choices.length / Math.max(1, prompts().length));
-  const cells = buildGrid(prompts(), n);
+  // A chat job's result is a chat completion: its replies to the one conversation.
+  const heads = c.object === "chat.completion" ? ["the conversation"] : prompts();
+  $("grid").hidden = false;
+  $("chat").hidden = true;
+  const n = Math.max(1, c.choices.length / Math.max(1, heads.length));
+  const cells = buildGrid(heads, n);
   for (const ch of c.choices) {
     if (cells[ch.index]) {
-      cells[ch.index].textContent = ch.text;
+      cells[ch.index].textContent = ch.text ?? ch.message.content;
       cells[ch.index].dataset.finish = ch.finish_reason;
     }
   }
@@ -329,3 +365,4 @@ function drawHeatmap(norms) {
 }
 
 showMode();
+showKind();

@@ -6,7 +6,9 @@
 //     the engine through the package's `fetch`; a job is submitted and the page
 //     reloaded at once: the model then comes from the Cache API and the job (kept in
 //     IndexedDB) runs to `succeeded`; its result and the activations picture are shown;
-//  2. "Remote ACS": the same request to the server with a key gets the same shapes;
+//  2. "Remote ACS": the same request to the server with a key gets the same shapes; the
+//     model picker lists the server's models; chat mode samples three replies to one
+//     conversation side by side and continues the first as its own conversation;
 //  3. a model file picked from disk loads too (never through the cache), with backend
 //     "auto": SwiftShader is a software adapter, so the wasm CPU backend.
 // Saves a screenshot and prints one JSON line with what it saw and measured.
@@ -101,6 +103,24 @@ try {
   await page.click("#check");
   await page.waitForFunction(() => /layers/.test(document.querySelector("#endpoint-status").textContent));
   out.remote = await sample(page);
+  out.models = await page.$$eval("#model option", (os) => os.map((o) => o.value));
+  // Chat mode against the server: n replies side by side, then one conversation goes on.
+  await page.check("#kind-chat");
+  await page.fill("#n", "3");
+  await page.fill("#max_tokens", "8");
+  await page.click("#run");
+  await page.waitForFunction(() => /done in|rror|\d{3} /.test(document.querySelector("#run-status").textContent),
+    null, { timeout: RUN_TIMEOUT });
+  const roles = () => page.$$eval(".conversation", (cols) =>
+    cols.map((c) => [...c.querySelectorAll(".msg")].map((m) => m.dataset.role + (m.textContent ? "" : "(empty)"))));
+  out.chat = { status: await page.textContent("#run-status"), first: await roles() };
+  await page.fill('.conversation[data-index="0"] .reply input', "Why?");
+  await page.press('.conversation[data-index="0"] .reply input', "Enter");
+  await page.waitForFunction(() => document.querySelectorAll('.conversation[data-index="0"] .msg.assistant[data-finish]').length === 2,
+    null, { timeout: RUN_TIMEOUT });
+  out.chat.continued = await roles();
+  await page.screenshot({ path: shot.replace(/\.png$/, "-chat.png"), fullPage: true });
+  await page.check("#kind-completions");
   // A file the user picks.
   await page.setInputFiles("#model-file", modelFile);
   out.picked = await loadModel(page, "auto");
@@ -113,7 +133,12 @@ try {
     o.chat.object === "chat.completion" && o.chat.indexes.join() === "0,1,2,3" &&
     o.chat.texts.join("\u0000") === o.chat.streamed.join("\u0000") && o.chat.roles.join() === "assistant,assistant,assistant,assistant" &&
     !out.first.fromCache && out.reloaded.fromCache && fourInOrder(out.browser) &&
-    fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations);
+    fourInOrder(out.remote) && /^30 blocks × \d+ positions/.test(out.activations) &&
+    out.models.includes("llama-8b") && out.models.includes("SmolLM2-135M-Instruct") &&
+    /done in/.test(out.chat.status) && out.chat.first.length === 3 &&
+    out.chat.first.every((c) => c.join() === "system,user,assistant") &&
+    out.chat.continued[0].join() === "system,user,assistant,user,assistant" &&
+    out.chat.continued[1].join() === "system,user,assistant";
 } catch (e) {
   out.error = String(e.stack || e);
 } finally {

@@ -3,8 +3,10 @@
 //! default model runs in the page (WebGPU through SwiftShader) and the tutorial's two
 //! prompts with n=2 stream into the grid in index order; a reload reads the model
 //! from the Cache API and finds its job in IndexedDB; the openai JS SDK runs in the
-//! page through the package's `fetch`; the remote endpoint (this
-//! server, with a key) gives the same shapes. Needs web/pkg (`scripts/build-web.sh`).
+//! page through the package's `fetch` (completions and chat, n=4, whole and streamed);
+//! the remote endpoint (this server, with a key) gives the same shapes, lists its
+//! models in the picker, and runs the chat mode: three replies side by side, then one
+//! of them continued as its own conversation. Needs web/pkg (`scripts/build-web.sh`).
 
 mod common;
 
@@ -56,6 +58,10 @@ fn the_playground_samples_two_prompts_in_chromium() {
         result["browser"]["usage"]
     );
     println!("openai JS SDK in the page: {}", result["openai"]);
+    println!(
+        "chat mode against the server: {} (models {})",
+        result["chat"], result["models"]
+    );
     println!("a picked file: {}", result["picked"]["text"]);
     println!(
         "remote: {} | {}",

@@ -278,14 +278,29 @@ fn token_bytes(name: &str) -> Vec<u8> {
 }
 
 /// A run's answer: a completion, or for a chat request a chat completion. Stored job
-/// results are one or the other, in their own JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// results are one or the other, in their own JSON, told apart by their `object`
+/// (their fields alone do not tell: a completion without choices has a chat
+/// completion's).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Answer {
     /// A chat request's.
     Chat(ChatCompletion),
     /// A completions request's.
     Text(Completion),
+}
+
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let value = serde_json::Value::deserialize(d)?;
+        if value.get("object").and_then(serde_json::Value::as_str) == Some(CHAT_COMPLETION) {
+            ChatCompletion::deserialize(value).map(Answer::Chat)
+        } else {
+            Completion::deserialize(value).map(Answer::Text)
+        }
+        .map_err(D::Error::custom)
+    }
 }
 
 impl Answer {
@@ -353,9 +368,17 @@ mod tests {
         let one = ChatCompletion::new(completion(), 1);
         let lp = &one.choices[0].logprobs.as_ref().unwrap().content;
         assert_eq!(lp[0].top_logprobs.len(), 1);
-        // The stored JSON reads back as the same kind of answer.
-        for shape in [Shape::Chat { top_logprobs: 2 }, Shape::Text] {
-            let answer = Answer::new(completion(), shape);
+        // The stored JSON reads back as the same kind of answer, with choices or
+        // without.
+        let mut empty = completion();
+        empty.choices.clear();
+        for (c, shape) in [
+            (completion(), Shape::Chat { top_logprobs: 2 }),
+            (completion(), Shape::Text),
+            (empty.clone(), Shape::Chat { top_logprobs: 0 }),
+            (empty, Shape::Text),
+        ] {
+            let answer = Answer::new(c, shape);
             let json = serde_json::to_string(&answer).unwrap();
             assert_eq!(serde_json::from_str::<Answer>(&json).unwrap(), answer);
         }

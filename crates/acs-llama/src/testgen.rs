@@ -506,3 +506,19 @@ pub fn default_model_for_tests() -> std::path::PathBuf {
     );
     path
 }
+
+/// Gemma 3 270M Q4_K_M for the tests that need a second real model:
+/// `$ACS_GEMMA3_MODEL`, else the model cache. Panics, so that such a test fails rather
+/// than skips, when it is absent.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn gemma3_model_for_tests() -> std::path::PathBuf {
+    let path = std::env::var_os("ACS_GEMMA3_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| model_cache_dir().join("gemma-3-270m-q4_k_m.gguf"));
+    assert!(
+        path.exists(),
+        "Gemma 3 270M missing at {}: run scripts/fetch-gemma3.sh",
+        path.display()
+    );
+    path
+}

@@ -10,20 +10,6 @@ use std::time::Duration;
 use common::{Server, call, default_model, make_key, temp_dir, wait_job};
 use serde_json::{Value, json};
 
-fn gemma3() -> std::path::PathBuf {
-    let path = std::env::var_os("ACS_GEMMA3_MODEL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            acs_llama::model_cache::model_cache_dir().join("gemma-3-270m-q4_k_m.gguf")
-        });
-    assert!(
-        path.exists(),
-        "Gemma 3 270M missing at {}: run scripts/fetch-gemma3.sh",
-        path.display()
-    );
-    path
-}
-
 #[test]
 fn one_server_serves_several_models_each_by_its_id() {
     let data = temp_dir("models");
@@ -32,7 +18,10 @@ fn one_server_serves_several_models_each_by_its_id() {
         .unwrap();
     let key = make_key(&data, 1_000_000, 8);
     let tiny_arg = tiny.display().to_string();
-    let gemma_arg = format!("gemma={}", gemma3().display());
+    let gemma_arg = format!(
+        "gemma={}",
+        acs_llama::testgen::gemma3_model_for_tests().display()
+    );
     let server = Server::start(
         &data,
         &default_model(),

@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    CompletionRequest, Endpoint, Fields, MAX_N, Prompt, missing, parse_activations,
-    parse_logit_bias, parse_steering, parse_stop, parse_stream_options, reject_unknown, wrong_type,
+    CompletionRequest, Endpoint, Fields, Prompt, Shared, missing, parse_model, reject_unknown,
+    wrong_type,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -84,31 +84,13 @@ pub(super) fn parse(
 ) -> Result<CompletionRequest, ApiError> {
     reject_unknown(obj, FIELDS, "")?;
     let f = Fields { obj, prefix: "" };
-    let model = f
-        .string("model")?
-        .ok_or_else(|| missing("model", "You must provide a model."))?;
-    if model.is_empty() || model.len() > 256 {
-        return Err(ApiError::invalid_value(
-            "model",
-            "model must be 1 to 256 characters.",
-        ));
-    }
+    let model = parse_model(&f)?;
     let messages = parse_messages(obj.get("messages"))?;
     let limit = match f.int_in("max_completion_tokens", 0, i64::from(u32::MAX))? {
         Some(v) => Some(v),
         None => f.int_in("max_tokens", 0, i64::from(u32::MAX))?,
     };
-    let n = f.int_in("n", 1, i64::from(MAX_N))?.unwrap_or(1) as u32;
-    let temperature = f.number_in("temperature", 0.0, 2.0)?.unwrap_or(1.0);
-    let top_p = f.number_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
-    if top_p == 0.0 {
-        return Err(ApiError::invalid_value(
-            "top_p",
-            "top_p must be greater than 0 and at most 1.",
-        ));
-    }
-    let seed = f.seed("seed")?;
-    let stop = parse_stop(obj.get("stop"))?;
+    let shared = Shared::parse(&f, endpoint)?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top_logprobs = f.int_in("top_logprobs", 0, i64::from(MAX_TOP_LOGPROBS))?;
     if top_logprobs.is_some() && !logprobs {
@@ -117,54 +99,16 @@ pub(super) fn parse(
             "top_logprobs needs logprobs: true.",
         ));
     }
-    let presence_penalty = f.number_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    let frequency_penalty = f.number_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    let logit_bias = parse_logit_bias(obj.get("logit_bias"))?;
-    let stream = f.bool("stream")?.unwrap_or(false);
-    if stream && endpoint == Endpoint::Jobs {
-        return Err(ApiError::invalid_value(
-            "stream",
-            "A job keeps its result; it cannot stream. Send stream: false or use /v1/chat/completions.",
-        ));
-    }
-    let stream_include_usage = parse_stream_options(obj.get("stream_options"))?;
-    let user = f.string("user")?;
-    if user.as_ref().is_some_and(|u| u.len() > 256) {
-        return Err(ApiError::invalid_value(
-            "user",
-            "user must be at most 256 characters.",
-        ));
-    }
-    let steering = parse_steering(obj.get("steering"))?;
-    let activations = parse_activations(obj.get("activations"))?;
-    if stream && activations.is_some() {
-        return Err(ApiError::invalid_value(
-            "activations",
-            "Activations come with the whole chat completion, not in a stream: send stream: false.",
-        ));
-    }
-    Ok(CompletionRequest {
+    let mut req = shared.into_request(
         model,
-        prompt: Prompt::Chat(messages),
-        max_tokens: limit.map_or(DEFAULT_CHAT_MAX_TOKENS, |v| v as u32),
-        fit_max_tokens: limit.is_none(),
-        n,
-        temperature,
-        top_p,
-        top_k: 0,
-        seed,
-        stop,
-        echo: false,
-        logprobs: logprobs.then(|| top_logprobs.unwrap_or(0) as u8),
-        presence_penalty,
-        frequency_penalty,
-        logit_bias,
-        stream,
-        stream_include_usage,
-        user,
-        steering,
-        activations,
-    })
+        Prompt::Chat(messages),
+        limit.map_or(DEFAULT_CHAT_MAX_TOKENS, |v| v as u32),
+        0,
+        false,
+        logprobs.then(|| top_logprobs.unwrap_or(0) as u8),
+    );
+    req.fit_max_tokens = limit.is_none();
+    Ok(req)
 }
 
 fn parse_messages(v: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {

@@ -262,85 +262,18 @@ impl CompletionRequest {
         }
         reject_unknown(obj, FIELDS, "")?;
         let f = Fields { obj, prefix: "" };
-
-        let model = f
-            .string("model")?
-            .ok_or_else(|| missing("model", "You must provide a model."))?;
-        if model.is_empty() || model.len() > 256 {
-            return Err(ApiError::invalid_value(
-                "model",
-                "model must be 1 to 256 characters.",
-            ));
-        }
+        let model = parse_model(&f)?;
         let prompt = parse_prompt(obj.get("prompt"))?;
         let max_tokens = f
             .int_in("max_tokens", 0, i64::from(u32::MAX))?
             .unwrap_or(16) as u32;
-        let n = f.int_in("n", 1, i64::from(MAX_N))?.unwrap_or(1) as u32;
-        let temperature = f.number_in("temperature", 0.0, 2.0)?.unwrap_or(1.0);
-        let top_p = f.number_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
-        if top_p == 0.0 {
-            return Err(ApiError::invalid_value(
-                "top_p",
-                "top_p must be greater than 0 and at most 1.",
-            ));
-        }
+        let shared = Shared::parse(&f, endpoint)?;
         let top_k = f.int_in("top_k", 0, i64::from(u32::MAX))?.unwrap_or(0) as u32;
-        let seed = f.seed("seed")?;
-        let stop = parse_stop(obj.get("stop"))?;
         let echo = f.bool("echo")?.unwrap_or(false);
         let logprobs = f
             .int_in("logprobs", 0, i64::from(MAX_LOGPROBS))?
             .map(|v| v as u8);
-        let presence_penalty = f.number_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-        let frequency_penalty = f.number_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-        let logit_bias = parse_logit_bias(obj.get("logit_bias"))?;
-        let stream = f.bool("stream")?.unwrap_or(false);
-        if stream && endpoint == Endpoint::Jobs {
-            return Err(ApiError::invalid_value(
-                "stream",
-                "A job keeps its result; it cannot stream. Send stream: false or use /v1/completions.",
-            ));
-        }
-        let stream_include_usage = parse_stream_options(obj.get("stream_options"))?;
-        let user = f.string("user")?;
-        if user.as_ref().is_some_and(|u| u.len() > 256) {
-            return Err(ApiError::invalid_value(
-                "user",
-                "user must be at most 256 characters.",
-            ));
-        }
-        let steering = parse_steering(obj.get("steering"))?;
-        let activations = parse_activations(obj.get("activations"))?;
-        if stream && activations.is_some() {
-            return Err(ApiError::invalid_value(
-                "activations",
-                "Activations come with the whole Completion, not in a stream: send stream: false.",
-            ));
-        }
-
-        Ok(CompletionRequest {
-            model,
-            prompt,
-            max_tokens,
-            fit_max_tokens: false,
-            n,
-            temperature,
-            top_p,
-            top_k,
-            seed,
-            stop,
-            echo,
-            logprobs,
-            presence_penalty,
-            frequency_penalty,
-            logit_bias,
-            stream,
-            stream_include_usage,
-            user,
-            steering,
-            activations,
-        })
+        Ok(shared.into_request(model, prompt, max_tokens, top_k, echo, logprobs))
     }
 
     /// Whether this is a chat request (its answer is a chat completion).
@@ -458,6 +391,130 @@ impl CompletionRequest {
             ));
         }
         Ok(())
+    }
+}
+
+/// A request's `model`: 1 to 256 characters.
+fn parse_model(f: &Fields<'_>) -> Result<String, ApiError> {
+    let model = f
+        .string("model")?
+        .ok_or_else(|| missing("model", "You must provide a model."))?;
+    if model.is_empty() || model.len() > 256 {
+        return Err(ApiError::invalid_value(
+            "model",
+            "model must be 1 to 256 characters.",
+        ));
+    }
+    Ok(model)
+}
+
+/// The fields completions and chat bodies share, checked alike.
+struct Shared {
+    n: u32,
+    temperature: f32,
+    top_p: f32,
+    seed: Option<u64>,
+    stop: Vec<String>,
+    presence_penalty: f32,
+    frequency_penalty: f32,
+    logit_bias: BTreeMap<u32, f32>,
+    stream: bool,
+    stream_include_usage: bool,
+    user: Option<String>,
+    steering: Vec<Steering>,
+    activations: Option<ActivationsRequest>,
+}
+
+impl Shared {
+    fn parse(f: &Fields<'_>, endpoint: Endpoint) -> Result<Shared, ApiError> {
+        let obj = f.obj;
+        let n = f.int_in("n", 1, i64::from(MAX_N))?.unwrap_or(1) as u32;
+        let temperature = f.number_in("temperature", 0.0, 2.0)?.unwrap_or(1.0);
+        let top_p = f.number_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
+        if top_p == 0.0 {
+            return Err(ApiError::invalid_value(
+                "top_p",
+                "top_p must be greater than 0 and at most 1.",
+            ));
+        }
+        let seed = f.seed("seed")?;
+        let stop = parse_stop(obj.get("stop"))?;
+        let presence_penalty = f.number_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+        let frequency_penalty = f.number_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+        let logit_bias = parse_logit_bias(obj.get("logit_bias"))?;
+        let stream = f.bool("stream")?.unwrap_or(false);
+        if stream && endpoint == Endpoint::Jobs {
+            return Err(ApiError::invalid_value(
+                "stream",
+                "A job keeps its result; it cannot stream. Send stream: false, or the body to \
+                 /v1/completions or /v1/chat/completions.",
+            ));
+        }
+        let stream_include_usage = parse_stream_options(obj.get("stream_options"))?;
+        let user = f.string("user")?;
+        if user.as_ref().is_some_and(|u| u.len() > 256) {
+            return Err(ApiError::invalid_value(
+                "user",
+                "user must be at most 256 characters.",
+            ));
+        }
+        let steering = parse_steering(obj.get("steering"))?;
+        let activations = parse_activations(obj.get("activations"))?;
+        if stream && activations.is_some() {
+            return Err(ApiError::invalid_value(
+                "activations",
+                "Activations come with the whole answer, not in a stream: send stream: false.",
+            ));
+        }
+        Ok(Shared {
+            n,
+            temperature,
+            top_p,
+            seed,
+            stop,
+            presence_penalty,
+            frequency_penalty,
+            logit_bias,
+            stream,
+            stream_include_usage,
+            user,
+            steering,
+            activations,
+        })
+    }
+
+    /// The request, with the fields its kind adds.
+    fn into_request(
+        self,
+        model: String,
+        prompt: Prompt,
+        max_tokens: u32,
+        top_k: u32,
+        echo: bool,
+        logprobs: Option<u8>,
+    ) -> CompletionRequest {
+        CompletionRequest {
+            model,
+            prompt,
+            max_tokens,
+            fit_max_tokens: false,
+            n: self.n,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k,
+            seed: self.seed,
+            stop: self.stop,
+            echo,
+            logprobs,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias,
+            stream: self.stream,
+            stream_include_usage: self.stream_include_usage,
+            user: self.user,
+            steering: self.steering,
+            activations: self.activations,
+        }
     }
 }
 

@@ -15,17 +15,7 @@ const NEAR_TIE: f32 = 0.5;
 /// The file's path; panics, so that the test fails rather than skips, where it
 /// is missing.
 pub fn gemma3_path() -> std::path::PathBuf {
-    let path = std::env::var_os("ACS_GEMMA3_MODEL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            acs_llama::model_cache::model_cache_dir().join("gemma-3-270m-q4_k_m.gguf")
-        });
-    assert!(
-        path.exists(),
-        "Gemma 3 270M missing at {}: run scripts/fetch-gemma3.sh",
-        path.display()
-    );
-    path
+    acs_llama::testgen::gemma3_model_for_tests()
 }
 
 /// One recorded prompt: llama.cpp's ids for it, its greedy tokens and their margins.

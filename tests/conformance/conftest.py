@@ -74,6 +74,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "budget_held": (429, "rate_limit_error"),
     "too_many_running": (429, "rate_limit_error"),
     "too_many_queued_jobs": (429, "rate_limit_error"),
+    "rate_limit_exceeded": (429, "rate_limit_error"),
 }
 
 JOB_FIELDS = [

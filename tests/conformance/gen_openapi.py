@@ -357,6 +357,7 @@ error = {
                 "invalid_api_key",
                 "not_found", "unknown_route", "method_not_allowed", "request_too_large", "request_timeout",
                 "budget_exhausted", "budget_held", "too_many_running", "too_many_queued_jobs",
+                "rate_limit_exceeded",
                 "invalid_idempotency_key",
                 "idempotency_key_reused", "idempotency_key_in_use", "job_not_finished",
                 "job_cancelled", "result_expired", "result_too_large", "overloaded", "internal_error", None]},
@@ -430,8 +431,9 @@ responses = {
                     "result, result_too_large: its result was over the 16 MiB a stored result "
                     "may have."),
     "Unprocessable": err("idempotency_key_reused: the Idempotency-Key was used with another body."),
-    "TooMany": err("budget_held (fits once running requests end), too_many_running, or "
-                   "too_many_queued_jobs.", retry=True),
+    "TooMany": err("budget_held (fits once running requests end), too_many_running, "
+                   "too_many_queued_jobs, or rate_limit_exceeded (the key's requests or tokens "
+                   "per minute; retry-after says when the next minute starts).", retry=True),
     "Timeout": err("request_timeout: the body did not arrive within the server's deadline."),
     "ServerError": err("internal_error or overloaded."),
 }

@@ -113,8 +113,8 @@ class Edge:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def new_key(self, tokens: int, max_running: int = 16) -> str:
-        r = httpx.post(f"{self.url}/admin/keys", json={"tokens": tokens, "max_running": max_running},
+    def new_key(self, tokens: int, max_running: int = 16, **limits) -> str:
+        r = httpx.post(f"{self.url}/admin/keys", json={"tokens": tokens, "max_running": max_running, **limits},
                        headers={"authorization": f"Bearer {ADMIN_SECRET}"})
         assert r.status_code == 201, r.text
         return r.json()["key"]
@@ -196,6 +196,24 @@ def test_admin_routes_need_the_admin_secret(cluster):
     assert r.status_code == 200, r.text
     r = httpx.get(f"{edge.url}/v1/budget", headers=auth(key))
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_keys_requests_per_minute_are_limited_at_the_edge(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(100_000, requests_per_minute=2)
+    body = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 1}
+    # The limit counts by the minute of the clock: keep the three requests in one.
+    while time.time() % 60 >= 50:
+        time.sleep(0.25)
+    for _ in range(2):
+        r = httpx.post(f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=120)
+        assert r.status_code == 200, r.text
+    r = httpx.post(f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=120)
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["code"] == "rate_limit_exceeded", r.text
+    assert 1 <= int(r.headers["retry-after"]) <= 60, r.headers
+    assert settle_budget(edge, key)["tokens_held"] == 0
 
 
 def test_forged_keys_touch_no_storage(cluster):

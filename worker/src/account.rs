@@ -48,6 +48,12 @@ pub struct NewKey {
     pub tokens: u64,
     /// The running-request limit.
     pub max_running: u32,
+    /// Requests the key may start a minute, if limited.
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Tokens the key's requests may hold a minute, if limited.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
 }
 
 /// A top-up.
@@ -283,6 +289,14 @@ impl Inner {
                             max_running: k.max_running,
                         },
                     )?;
+                    if k.requests_per_minute.is_some() || k.tokens_per_minute.is_some() {
+                        ledger::set_rate_limits(
+                            s,
+                            &k.id,
+                            k.requests_per_minute,
+                            k.tokens_per_minute,
+                        )?;
+                    }
                     ledger::view(s, &k.id)
                 })?;
                 Ok(json(201, &view))

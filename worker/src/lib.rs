@@ -133,13 +133,18 @@ struct CreateKey {
     max_running: u32,
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
+    requests_per_minute: Option<u32>,
+    #[serde(default)]
+    tokens_per_minute: Option<u64>,
 }
 
 fn default_max_running() -> u32 {
     8
 }
 
-/// `POST /admin/keys` (`{"tokens", "max_running", "name"}` → the new key, once),
+/// `POST /admin/keys` (`{"tokens", "max_running", "name", "requests_per_minute",
+/// "tokens_per_minute"}` → the new key, once),
 /// `POST /admin/keys/{id}/top-up` (`{"tokens"}`) and `POST /admin/keys/{id}/revoke`,
 /// with `Authorization: Bearer <ACS_ADMIN_SECRET>`.
 /// The admin secret (`ACS_ADMIN_SECRET`, a secret or a var), empty when unset.
@@ -168,6 +173,8 @@ async fn admin(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Response, 
                 name: c.name,
                 tokens: c.tokens,
                 max_running: c.max_running,
+                requests_per_minute: c.requests_per_minute,
+                tokens_per_minute: c.tokens_per_minute,
             };
             let mut resp = to_account(env, &id, "create", &new).await?;
             if resp.status_code() != 201 {

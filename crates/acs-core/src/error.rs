@@ -23,6 +23,9 @@ pub enum ErrorCode {
     ContextLengthExceeded,
     /// A chat request names a model whose file has no chat template.
     ChatTemplateMissing,
+    /// The key started its requests-per-minute, or held its tokens-per-minute, for
+    /// this minute.
+    RateLimitExceeded,
     /// The `model` names no served model.
     ModelNotFound,
     /// No or unknown API key.
@@ -89,7 +92,7 @@ impl ErrorCode {
             ResultExpired => 410,
             RequestTooLarge | ResultTooLarge => 413,
             IdempotencyKeyReused => 422,
-            BudgetHeld | TooManyRunning | TooManyQueuedJobs => 429,
+            BudgetHeld | TooManyRunning | TooManyQueuedJobs | RateLimitExceeded => 429,
             Internal => 500,
             UpstreamUnavailable => 502,
             Overloaded => 503,
@@ -101,7 +104,9 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BudgetExhausted => "insufficient_quota",
-            BudgetHeld | TooManyRunning | TooManyQueuedJobs => "rate_limit_error",
+            BudgetHeld | TooManyRunning | TooManyQueuedJobs | RateLimitExceeded => {
+                "rate_limit_error"
+            }
             InvalidApiKey => "authentication_error",
             Internal | Overloaded | UpstreamUnavailable => "server_error",
             _ => "invalid_request_error",
@@ -119,6 +124,7 @@ impl ErrorCode {
             InvalidValue => "invalid_value",
             ContextLengthExceeded => "context_length_exceeded",
             ChatTemplateMissing => "chat_template_missing",
+            RateLimitExceeded => "rate_limit_exceeded",
             ModelNotFound => "model_not_found",
             InvalidApiKey => "invalid_api_key",
             NotFound => "not_found",
@@ -146,7 +152,7 @@ impl ErrorCode {
     /// Parses a `code` string back, for errors read from storage or an upstream.
     pub fn from_code(code: &str) -> Option<Self> {
         use ErrorCode::*;
-        const ALL: [ErrorCode; 28] = [
+        const ALL: [ErrorCode; 29] = [
             InvalidJson,
             UnknownParameter,
             MissingParameter,
@@ -154,6 +160,7 @@ impl ErrorCode {
             InvalidValue,
             ContextLengthExceeded,
             ChatTemplateMissing,
+            RateLimitExceeded,
             ModelNotFound,
             InvalidApiKey,
             NotFound,

@@ -11,7 +11,7 @@ use crate::clock::Timestamp;
 use crate::ids::{JobId, KeyHash};
 use crate::job::{Job, JobResult, JobStatus};
 use crate::store::{
-    ApiKey, Budget, Hold, IdempotencyRecord, IdempotencyState, Store, StoreError, StoreResult,
+    ApiKey, Budget, Hold, IdempotencyRecord, IdempotencyState, Rate, Store, StoreError, StoreResult,
 };
 
 /// Each entry migrates the schema from version `i` to `i + 1`.
@@ -69,6 +69,17 @@ CREATE TABLE result_parts (
 );
 INSERT INTO result_parts (job_id, part, data) SELECT job_id, 0, data FROM results;
 DROP TABLE results;
+"#,
+    // Per-minute traffic limits of a key, with the current minute's counts.
+    r#"
+CREATE TABLE rates (
+    key_id TEXT PRIMARY KEY REFERENCES keys(id),
+    requests_per_minute INTEGER,
+    tokens_per_minute INTEGER,
+    window_start INTEGER NOT NULL,
+    requests INTEGER NOT NULL,
+    tokens INTEGER NOT NULL
+);
 "#,
 ];
 
@@ -193,6 +204,22 @@ impl Row {
     fn count(&mut self) -> StoreResult<u64> {
         u64::try_from(self.int()?).map_err(|_| StoreError("a stored count is negative".into()))
     }
+    fn opt_count(&mut self) -> StoreResult<Option<u64>> {
+        match self.next()? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Int(i) => u64::try_from(i)
+                .map(Some)
+                .map_err(|_| StoreError("a stored count is negative".into())),
+            v => Err(StoreError(format!(
+                "expected a stored integer, found {v:?}"
+            ))),
+        }
+    }
+}
+
+/// An optional count as a SQL value: NULL for none.
+fn opt_count(v: Option<u64>) -> SqlValue {
+    v.map_or(SqlValue::Null, count)
 }
 
 fn json<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
@@ -296,6 +323,44 @@ impl<C: SqlConn> Store for SqlStore<C> {
                 key_id.into(),
                 count(b.tokens_left),
                 i64::from(b.max_running).into(),
+            ],
+        )
+    }
+    fn rate(&self, key_id: &str) -> StoreResult<Option<Rate>> {
+        let mut rows = self.rows(
+            "SELECT requests_per_minute, tokens_per_minute, window_start, requests, tokens
+             FROM rates WHERE key_id = ?",
+            &[key_id.into()],
+            |r| {
+                Ok(Rate {
+                    requests_per_minute: r
+                        .opt_count()?
+                        .map(|v| u32::try_from(v).unwrap_or(u32::MAX)),
+                    tokens_per_minute: r.opt_count()?,
+                    window_start: Timestamp(r.int()?),
+                    requests: u32::try_from(r.count()?).unwrap_or(u32::MAX),
+                    tokens: r.count()?,
+                })
+            },
+        )?;
+        Ok(rows.pop())
+    }
+    fn put_rate(&mut self, key_id: &str, rate: &Rate) -> StoreResult<()> {
+        self.conn.execute(
+            "INSERT INTO rates (key_id, requests_per_minute, tokens_per_minute, window_start,
+               requests, tokens) VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT(key_id) DO UPDATE SET
+               requests_per_minute = excluded.requests_per_minute,
+               tokens_per_minute = excluded.tokens_per_minute,
+               window_start = excluded.window_start, requests = excluded.requests,
+               tokens = excluded.tokens",
+            &[
+                key_id.into(),
+                opt_count(rate.requests_per_minute.map(u64::from)),
+                opt_count(rate.tokens_per_minute),
+                rate.window_start.0.into(),
+                i64::from(rate.requests).into(),
+                count(rate.tokens),
             ],
         )
     }

@@ -60,6 +60,22 @@ impl Budget {
     };
 }
 
+/// A key's per-minute traffic limits, and what the current minute has used of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rate {
+    /// Requests the key may start in a minute; `None`: no limit.
+    pub requests_per_minute: Option<u32>,
+    /// Tokens the key's requests may hold in a minute; `None`: no limit.
+    pub tokens_per_minute: Option<u64>,
+    /// The start of the minute the counts are of (a multiple of 60 s).
+    pub window_start: Timestamp,
+    /// Requests started in that minute.
+    pub requests: u32,
+    /// Tokens held by the requests started in that minute, less what they gave back
+    /// when they ended.
+    pub tokens: u64,
+}
+
 /// Tokens set aside for one running request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
@@ -113,6 +129,11 @@ pub trait Store {
     /// Inserts or replaces a key's Budget.
     fn put_budget(&mut self, key_id: &str, budget: &Budget) -> StoreResult<()>;
 
+    /// A key's per-minute limits and counts, if it has limits.
+    fn rate(&self, key_id: &str) -> StoreResult<Option<Rate>>;
+    /// Inserts or replaces a key's per-minute limits and counts.
+    fn put_rate(&mut self, key_id: &str, rate: &Rate) -> StoreResult<()>;
+
     /// The Holds of one key.
     fn holds(&self, key_id: &str) -> StoreResult<Vec<Hold>>;
     /// Every Hold of every key.
@@ -161,6 +182,7 @@ pub trait Store {
 pub struct MemoryStore {
     keys: BTreeMap<String, ApiKey>,
     budgets: BTreeMap<String, Budget>,
+    rates: BTreeMap<String, Rate>,
     holds: BTreeMap<String, Hold>,
     jobs: BTreeMap<JobId, Job>,
     results: BTreeMap<JobId, JobResult>,
@@ -179,6 +201,7 @@ impl MemoryStore {
         Snapshot {
             keys: self.keys.values().cloned().collect(),
             budgets: self.budgets.clone(),
+            rates: self.rates.clone(),
             holds: self.holds.values().cloned().collect(),
             jobs: self.jobs.values().cloned().collect(),
             results: self
@@ -195,6 +218,7 @@ impl MemoryStore {
         MemoryStore {
             keys: s.keys.into_iter().map(|k| (k.id.clone(), k)).collect(),
             budgets: s.budgets,
+            rates: s.rates,
             holds: s.holds.into_iter().map(|h| (h.id.clone(), h)).collect(),
             jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
             results: s.results.into_iter().collect(),
@@ -214,6 +238,9 @@ pub struct Snapshot {
     pub keys: Vec<ApiKey>,
     /// Budgets by key id.
     pub budgets: BTreeMap<String, Budget>,
+    /// Per-minute limits by key id (absent from snapshots made before them).
+    #[serde(default)]
+    pub rates: BTreeMap<String, Rate>,
     /// Holds.
     pub holds: Vec<Hold>,
     /// Jobs.
@@ -243,6 +270,13 @@ impl Store for MemoryStore {
     }
     fn put_budget(&mut self, key_id: &str, budget: &Budget) -> StoreResult<()> {
         self.budgets.insert(key_id.to_owned(), *budget);
+        Ok(())
+    }
+    fn rate(&self, key_id: &str) -> StoreResult<Option<Rate>> {
+        Ok(self.rates.get(key_id).copied())
+    }
+    fn put_rate(&mut self, key_id: &str, rate: &Rate) -> StoreResult<()> {
+        self.rates.insert(key_id.to_owned(), *rate);
         Ok(())
     }
     fn holds(&self, key_id: &str) -> StoreResult<Vec<Hold>> {

@@ -27,6 +27,13 @@ pub enum KeysCommand {
         /// How many requests of the key may run at once.
         #[arg(long, default_value_t = 8)]
         max_running: u32,
+        /// Requests the key may start a minute (default: no limit).
+        #[arg(long)]
+        requests_per_minute: Option<u32>,
+        /// Tokens the key's requests may hold a minute: each request's Hold counts
+        /// into its minute, less what it gives back (default: no limit).
+        #[arg(long, value_parser = tokens_arg)]
+        tokens_per_minute: Option<u64>,
         /// A label.
         #[arg(long)]
         name: Option<String>,
@@ -68,11 +75,22 @@ fn tokens_arg(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// Makes a key with a Budget; returns `(id, secret)`.
+/// A new key's traffic limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How many of its requests may run at once.
+    pub max_running: u32,
+    /// Requests it may start a minute.
+    pub requests_per_minute: Option<u32>,
+    /// Tokens its requests may hold a minute.
+    pub tokens_per_minute: Option<u64>,
+}
+
+/// Makes a key with a Budget and its limits; returns `(id, secret)`.
 pub fn create(
     db: &Db,
     tokens: u64,
-    max_running: u32,
+    limits: Limits,
     name: Option<String>,
     now: Timestamp,
 ) -> Result<(String, String), ApiError> {
@@ -91,9 +109,12 @@ pub fn create(
             &id,
             &Budget {
                 tokens_left: tokens.min(i64::MAX as u64),
-                max_running,
+                max_running: limits.max_running,
             },
         )?;
+        if limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some() {
+            ledger::set_rate_limits(s, &id, limits.requests_per_minute, limits.tokens_per_minute)?;
+        }
         Ok(())
     })?;
     Ok((id, secret))
@@ -116,10 +137,17 @@ pub fn run(cmd: KeysCommand, now: Timestamp) -> Result<(), CliError> {
             data,
             tokens,
             max_running,
+            requests_per_minute,
+            tokens_per_minute,
             name,
         } => {
             let db = open(&data)?;
-            let (id, secret) = create(&db, tokens, max_running, name, now)?;
+            let limits = Limits {
+                max_running,
+                requests_per_minute,
+                tokens_per_minute,
+            };
+            let (id, secret) = create(&db, tokens, limits, name, now)?;
             eprintln!("created {id} with {tokens} tokens, {max_running} running at most");
             println!("{secret}");
         }

@@ -520,3 +520,58 @@ def test_each_request_goes_to_an_upstream_that_serves_its_model():
                 if p and p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+class Hung:
+    """An upstream that takes connections and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def test_an_upstream_that_hangs_costs_one_request_its_wait():
+    # Without a deadline per attempt, a request whose prompt maps to the hung upstream
+    # would wait for it forever; with one it moves on after 10 s, and the hung upstream
+    # is tried last for a while after, so the requests after it do not wait.
+    with tempfile.TemporaryDirectory(prefix="acs-edge-hung.") as d:
+        tmp = pathlib.Path(d)
+        hung = Hung()
+        (tmp / "real").mkdir()
+        real = Upstream(tmp / "real")
+        real.start()
+        edge = Edge(tmp, [hung, real])
+        try:
+            key = edge.new_key(1_000_000)
+            started = time.monotonic()
+            for i in range(8):
+                r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                               json={"model": "llama-8b", "prompt": f"Prompt number {i} is", "max_tokens": 1})
+                assert r.status_code == 200, r.text
+            elapsed = time.monotonic() - started
+            print(f"8 requests with one upstream hung: {elapsed:.1f} s")
+            assert elapsed < 25, elapsed
+            assert settle_budget(edge, key)["tokens_held"] == 0
+        finally:
+            hung.close()
+            for p in (edge.proc, real.proc):
+                if p and p.poll() is None:
+                    p.kill()
+                    p.wait()

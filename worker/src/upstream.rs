@@ -7,11 +7,12 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
+use std::time::Duration;
 
 use acs_core::response::List;
 use acs_core::{Answer, ApiError, ErrorBody, ErrorCode, ModelInfo, Usage, jobs};
 use wasm_bindgen::JsValue;
-use worker::{AbortSignal, Env, Fetch, Headers, Method, Request, RequestInit, Response};
+use worker::{AbortSignal, Delay, Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 /// The header that carries the shared secret to an upstream.
 pub const SECRET_HEADER: &str = "x-acs-edge-secret";
@@ -25,6 +26,15 @@ pub const SCOPE_HEADER: &str = "x-acs-cache-scope";
 /// Runs that may go to a prompt's own upstream beyond those of the least busy one:
 /// above that, the run goes to the least busy instead.
 const AFFINITY_SLACK: usize = 4;
+
+/// How long an upstream has to answer a request that starts no run (a prepare, its
+/// model list) before the next one is tried. A run waits as long as it takes: moving
+/// it on could start it twice.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an upstream that failed (refused, broke off, or did not answer in time)
+/// is tried after the others.
+const COOLDOWN_MS: i64 = 30_000;
 
 /// The upstreams of this edge, from the `ACS_UPSTREAMS` variable (URLs separated by
 /// commas or spaces) and the `ACS_EDGE_SECRET` secret.
@@ -41,6 +51,9 @@ const AFFINITY_SLACK: usize = 4;
 /// Upstreams may serve different models: one that answers a request's model with 404
 /// (`model_not_found`) is passed over for the next, and remembered, so that the
 /// model's later requests try the upstreams that serve it first.
+///
+/// An upstream that fails is tried after the others for [`COOLDOWN_MS`], so that one
+/// that is down or hangs costs one request its wait, not every request.
 #[derive(Debug)]
 pub struct Upstreams {
     urls: Vec<String>,
@@ -55,6 +68,8 @@ pub struct Upstreams {
     /// (upstream, model) pairs where the upstream answered that it does not serve
     /// the model: those are tried last.
     missing: RefCell<HashSet<(usize, String)>>,
+    /// Until when (Unix ms) each upstream is tried after the others, since it failed.
+    cooling: Rc<[Cell<i64>]>,
 }
 
 /// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
@@ -84,6 +99,22 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// prompts that begin alike (a system prompt, a few-shot preamble) meet on one server
 /// while prompts that differ early spread.
 const ROUTE_PREFIX_BYTES: usize = 256;
+
+/// `answer`, or an error once `limit` has passed without it.
+async fn within(
+    limit: Duration,
+    answer: impl std::future::Future<Output = worker::Result<Response>>,
+) -> worker::Result<Response> {
+    let answer = std::pin::pin!(answer);
+    let timer = std::pin::pin!(Delay::from(limit));
+    match futures_util::future::select(answer, timer).await {
+        futures_util::future::Either::Left((answered, _)) => answered,
+        futures_util::future::Either::Right(((), _)) => Err(worker::Error::RustError(format!(
+            "no answer within {} s",
+            limit.as_secs()
+        ))),
+    }
+}
 
 /// The `model` a request body names, if it is JSON that names one.
 fn model_of(body: &str) -> Option<String> {
@@ -151,6 +182,7 @@ impl Upstreams {
             .or_else(|_| env.var("ACS_EDGE_SECRET").map(|s| s.to_string()))
             .map_err(|_| ApiError::internal("ACS_EDGE_SECRET is not set"))?;
         let running = urls.iter().map(|_| Cell::new(0)).collect();
+        let cooling = urls.iter().map(|_| Cell::new(0)).collect();
         Ok(Upstreams {
             urls,
             secret,
@@ -158,6 +190,7 @@ impl Upstreams {
             running,
             scope: None,
             missing: RefCell::default(),
+            cooling,
         })
     }
 
@@ -208,10 +241,17 @@ impl Upstreams {
         let model = body.and_then(|(text, _)| model_of(text));
         let n = self.urls.len();
         let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
-        if let Some(m) = &model {
+        let now = crate::http::now().0;
+        {
             let missing = self.missing.borrow();
-            // Stable: the prompt's own upstream stays first among those that serve it.
-            order.sort_by_key(|&at| missing.contains(&(at, m.clone())));
+            // Stable: the prompt's own upstream stays first among those that serve
+            // its model and have not failed lately.
+            order.sort_by_key(|&at| {
+                let not_served = model
+                    .as_ref()
+                    .is_some_and(|m| missing.contains(&(at, m.clone())));
+                (not_served, self.cooling[at].get() > now)
+            });
         }
         let mut last = String::new();
         let mut not_served = None;
@@ -239,7 +279,7 @@ impl Upstreams {
                 .map_err(|e| ApiError::internal(format!("upstream request: {e}")))?;
             let sent = match run {
                 Some(s) => Fetch::Request(req).send_with_signal(s).await,
-                None => Fetch::Request(req).send().await,
+                None => within(ANSWER_TIMEOUT, Fetch::Request(req).send()).await,
             };
             match sent {
                 // A body's only 404 is its model's: another upstream may serve it.
@@ -259,6 +299,7 @@ impl Upstreams {
                     if run.is_some_and(AbortSignal::aborted) {
                         return Err(unavailable("the request was cancelled"));
                     }
+                    self.cooling[at].set(crate::http::now().0 + COOLDOWN_MS);
                     worker::console_warn!("upstream {base} failed: {e}");
                     last = format!("{base}: {e}");
                 }
@@ -270,24 +311,26 @@ impl Upstreams {
         }
     }
 
-    /// `GET /v1/models` of every upstream that answers: each model once, in the order
-    /// of the upstreams.
+    /// `GET /v1/models` of every upstream that answers (asked at once): each model
+    /// once, in the order of the upstreams.
     pub async fn models(&self) -> Result<List<ModelInfo>, ApiError> {
+        let asks = self.urls.iter().map(|base| async move {
+            let url = format!("{base}/v1/models")
+                .parse()
+                .map_err(|e| format!("{base}: {e}"))?;
+            match within(ANSWER_TIMEOUT, Fetch::Url(url).send()).await {
+                Ok(mut resp) if resp.status_code() == 200 => resp
+                    .json::<List<ModelInfo>>()
+                    .await
+                    .map_err(|e| format!("{base}: {e}")),
+                Ok(resp) => Err(format!("{base}: {}", resp.status_code())),
+                Err(e) => Err(format!("{base}: {e}")),
+            }
+        });
         let mut data: Vec<ModelInfo> = Vec::new();
         let mut last = String::new();
         let mut answered = false;
-        for base in &self.urls {
-            let url = format!("{base}/v1/models")
-                .parse()
-                .map_err(|e| ApiError::internal(format!("upstream url: {e}")))?;
-            let list = match Fetch::Url(url).send().await {
-                Ok(mut resp) if resp.status_code() == 200 => resp.json::<List<ModelInfo>>().await,
-                Ok(resp) => {
-                    last = format!("{base}: {}", resp.status_code());
-                    continue;
-                }
-                Err(e) => Err(e),
-            };
+        for list in futures_util::future::join_all(asks).await {
             match list {
                 Ok(list) => {
                     answered = true;
@@ -297,7 +340,7 @@ impl Upstreams {
                         }
                     }
                 }
-                Err(e) => last = format!("{base}: {e}"),
+                Err(e) => last = e,
             }
         }
         if !answered {

@@ -5,24 +5,8 @@
 
 mod common;
 
-use common::{Server, acs, call, curl, default_model, temp_dir};
+use common::{Server, call, curl, default_model, make_key_with, temp_dir};
 use serde_json::json;
-
-fn key_with(data: &std::path::Path, limit: &[&str]) -> String {
-    let out = acs()
-        .args(["keys", "create", "--data"])
-        .arg(data)
-        .args(["--tokens", "1000000"])
-        .args(limit)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// Waits while the clock is in a minute's last 10 s, so that the requests that follow
 /// fall in one minute (the limits count by the minute of the clock).
@@ -42,8 +26,8 @@ fn clear_of_a_minutes_end() {
 #[test]
 fn a_keys_per_minute_limits_refuse_past_the_minute() {
     let data = temp_dir("rate-limits");
-    let few = key_with(&data, &["--requests-per-minute", "2"]);
-    let small = key_with(&data, &["--tokens-per-minute", "40"]);
+    let few = make_key_with(&data, 1_000_000, 8, &["--requests-per-minute", "2"]);
+    let small = make_key_with(&data, 1_000_000, 8, &["--tokens-per-minute", "40"]);
     let server = Server::start(&data, &default_model(), &[]);
     let base = &server.base;
     // EOS banned, so that each request generates its max_tokens.

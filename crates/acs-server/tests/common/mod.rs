@@ -58,6 +58,11 @@ pub fn temp_dir(name: &str) -> TempDir {
 
 /// Makes a key with `acs keys create`; returns the secret.
 pub fn make_key(data: &Path, tokens: u64, max_running: u32) -> String {
+    make_key_with(data, tokens, max_running, &[])
+}
+
+/// [`make_key`] with more `acs keys create` arguments (its per-minute limits).
+pub fn make_key_with(data: &Path, tokens: u64, max_running: u32, more: &[&str]) -> String {
     let out = acs()
         .args(["keys", "create", "--data"])
         .arg(data)
@@ -67,6 +72,7 @@ pub fn make_key(data: &Path, tokens: u64, max_running: u32) -> String {
             "--max-running",
             &max_running.to_string(),
         ])
+        .args(more)
         .output()
         .unwrap();
     assert!(

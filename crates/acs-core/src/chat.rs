@@ -323,6 +323,60 @@ impl Answer {
     }
 }
 
+/// One streamed chunk in its request's shape: a completion's or a chat completion's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum StreamChunk {
+    /// A `text_completion` chunk.
+    Text(CompletionChunk),
+    /// A `chat.completion.chunk`.
+    Chat(ChatCompletionChunk),
+}
+
+/// Writes one stream's chunks in its request's shape, so that every face streams the
+/// same: the completion's id, time and model in each, and for chat the role in each
+/// choice's first chunk.
+#[derive(Debug, Clone)]
+pub struct ChunkWriter {
+    id: String,
+    created: i64,
+    model: String,
+    chat: Option<ChatStream>,
+}
+
+impl ChunkWriter {
+    /// The writer of the stream of completion `id`, made at `created` (Unix seconds)
+    /// for `model`, in `shape`.
+    pub fn new(id: String, created: i64, model: String, shape: Shape) -> Self {
+        let chat = match shape {
+            Shape::Chat { top_logprobs } => Some(ChatStream::new(top_logprobs)),
+            Shape::Text => None,
+        };
+        ChunkWriter {
+            id,
+            created,
+            model,
+            chat,
+        }
+    }
+
+    /// The chunk of the choices that moved in a step, with `usage` in the last one.
+    pub fn chunk(&mut self, choices: Vec<Choice>, usage: Option<Usage>) -> StreamChunk {
+        let c = CompletionChunk {
+            id: self.id.clone(),
+            object: crate::response::TEXT_COMPLETION.into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        };
+        match &mut self.chat {
+            Some(stream) => StreamChunk::Chat(stream.chunk(c)),
+            None => StreamChunk::Text(c),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -412,5 +466,32 @@ mod tests {
             serde_json::json!({"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": null})
         );
         assert_eq!(last.object, "chat.completion.chunk");
+    }
+
+    #[test]
+    fn a_writer_streams_in_its_requests_shape() {
+        let choice = |text: &str| Choice {
+            index: 1,
+            text: text.into(),
+            finish_reason: None,
+            logprobs: None,
+        };
+        let mut text = ChunkWriter::new("cmpl-x".into(), 7, "m".into(), Shape::Text);
+        let t = serde_json::to_value(text.chunk(vec![choice("a")], None)).unwrap();
+        assert_eq!(t["object"], "text_completion");
+        assert_eq!(t["id"], "cmpl-x");
+        assert_eq!(t["choices"][0]["text"], "a");
+
+        let shape = Shape::Chat { top_logprobs: 0 };
+        let mut chat = ChunkWriter::new("cmpl-x".into(), 7, "m".into(), shape);
+        let first = serde_json::to_value(chat.chunk(vec![choice("a")], None)).unwrap();
+        let second = serde_json::to_value(chat.chunk(vec![choice("b")], None)).unwrap();
+        assert_eq!(first["object"], "chat.completion.chunk");
+        assert_eq!(first["id"], "chatcmpl-x");
+        assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+        assert!(second["choices"][0]["delta"].get("role").is_none());
+        let usage = Usage::new(&[3], &[2]);
+        let last = serde_json::to_value(chat.chunk(Vec::new(), Some(usage))).unwrap();
+        assert_eq!(last["usage"]["total_tokens"], 5);
     }
 }

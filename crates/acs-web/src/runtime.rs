@@ -11,15 +11,15 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use acs_core::chat::ChatStream;
+use acs_core::chat::ChunkWriter;
 use acs_core::ids::{body_digest, completion_id, request_id};
 use acs_core::jobs::{self, Begin, Start};
 use acs_core::request::canonical_json;
-use acs_core::response::{List, TEXT_COMPLETION};
+use acs_core::response::List;
 use acs_core::sql::MAX_SAFE_INTEGER;
 use acs_core::{
-    Answer, ApiError, Budget, BudgetView, CompletionChunk, CompletionRequest, Endpoint, Job, JobId,
-    JobObject, JobStatus, MemoryStore, ModelInfo, Outcome, Shape, Store, Timestamp, ledger,
+    Answer, ApiError, Budget, BudgetView, CompletionRequest, Endpoint, Job, JobId, JobObject,
+    JobStatus, MemoryStore, ModelInfo, Outcome, Store, Timestamp, ledger,
 };
 use acs_engine::control::ControlVectors;
 use acs_engine::{Event, Generation, Scheduler, SchedulerConfig, Sink, Stats, Ticket};
@@ -243,10 +243,6 @@ impl Runtime {
     ) -> Result<Answer, ApiError> {
         let req = CompletionRequest::from_value(body, endpoint)?;
         let shape = req.shape();
-        let mut chat = match shape {
-            Shape::Chat { top_logprobs } => Some(ChatStream::new(top_logprobs)),
-            Shape::Text => None,
-        };
         let generation = self.prepare(&req)?;
         let rid = request_id(random());
         let hold = generation.hold_tokens();
@@ -263,21 +259,9 @@ impl Runtime {
             }
         };
         let (id, created) = (completion_id(random()), now().unix_seconds());
-        let mut chunk = |choices, usage| {
-            let c = CompletionChunk {
-                id: id.clone(),
-                object: TEXT_COMPLETION.into(),
-                created,
-                model: req.model.clone(),
-                choices,
-                usage,
-            };
-            let json = match &mut chat {
-                Some(stream) => serde_json::to_value(stream.chunk(c)),
-                None => serde_json::to_value(c),
-            };
-            json.unwrap_or_default()
-        };
+        let mut writer = ChunkWriter::new(id.clone(), created, req.model.clone(), shape);
+        let mut chunk =
+            |choices, usage| serde_json::to_value(writer.chunk(choices, usage)).unwrap_or_default();
         let mut end = Err(ApiError::internal("the engine ended without a result"));
         while let Some(event) = rx.next().await {
             match event {

@@ -1,7 +1,6 @@
 //! Matrices repacked once at load time into panels of rows, the layout of the fastest
 //! x86 kernels (`x86/packed.rs`, `x86/packed_512.rs`).
 
-use super::format::Half;
 use super::formats::low_bits;
 use super::formats::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
@@ -26,14 +25,11 @@ pub(crate) const PANEL: usize = 8;
 ///   values `16 + 4g..`);
 /// - Q4_0, `18w` bytes: Q4_1's without the mins; its value `d·(q − 8)` is Q4_1's
 ///   `d·q + m` with the min `m = −8d`, which the kernels make in f32, so one set of
-///   kernels serves both. The AVX-512 kernels take Q4_0 in Q4_1's panels, the min
-///   stored (exact in f16, a power of two times `d`; a matrix whose `8|d|` would
-///   overflow stays unpacked);
+///   kernels serves both;
 /// - Q5_1, `24w` bytes: Q4_1's panel of the low four bits, then the rows' fifth bits,
 ///   four bytes a row whose byte `e` holds, from the bottom, the bits of values
 ///   `4g + e` and `16 + 4g + e` for `g` in 0..4 (the values of Q4_1's group `g`);
-/// - Q5_0, `22w` bytes: Q5_1's without the mins, `m = −16d` (as Q4_0's; the AVX-512
-///   kernels take it in Q5_1's panels);
+/// - Q5_0, `22w` bytes: Q5_1's without the mins, `m = −16d` (as Q4_0's);
 /// - Q4_K, `148w` bytes a super-block of 256 values: the rows' f16 `d`, their f16
 ///   `dmin`, for each sub-block `j` in 0..8 the rows' 6-bit scales as bytes, then the
 ///   same for the mins, then for each sub-block the rows' 16 quant bytes in Q4_1's
@@ -65,15 +61,13 @@ pub(crate) const PANEL: usize = 8;
 ///   its first operand; the kernel takes `128 × Σx` back off, exactly, in integers);
 ///   elsewhere as stored, signed (see `x86::packed_q8_0_plain`).
 ///
-/// Q2_K, Q3_K and Q5_K have 256-bit kernels alone, so their panels are 8 rows on every
-/// CPU. A last 16-row panel past the matrix's rows holds zeros there, whose results
-/// are dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
+/// A last 16-row panel past the matrix's rows holds zeros there, whose results are
+/// dropped. Whole 16-row panels let each of the AVX-512 kernel's loads be one
 /// instruction, where two 8-row panels side by side take two loads and an insert
 /// (`cargo bench -p acs-llama --bench quant` measures the kernels).
 #[derive(Debug, Clone)]
 pub struct PackedMatrix {
-    /// The panels' layout: the matrix's format, or Q4_1 (Q5_1) for a Q4_0 (Q5_0)
-    /// matrix in 16-row panels.
+    /// The matrix's format, which names the panels' layout.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) ty: GgmlType,
     /// Q8_0 values are stored plus 128, for `vpdpbusd`.
@@ -97,7 +91,7 @@ impl PackedMatrix {
         self.ty != GgmlType::Q8_0 || self.plus_128
     }
 
-    /// Bytes of one panel of `rows` rows and `nb` blocks of 32 values, in `layout`.
+    /// Bytes of one panel of `rows` rows and `nb` blocks of 32 values of `layout`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn panel_bytes(layout: GgmlType, rows: usize, nb: usize) -> usize {
         match layout {
@@ -130,38 +124,25 @@ impl PackedMatrix {
         n_cols: usize,
     ) -> Option<Self> {
         let (plus_128, width) = panels(isa)?;
-        let width = match ty {
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K => PANEL,
-            GgmlType::Q4_0
+        match ty {
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q4_K
+            | GgmlType::Q5_K
             | GgmlType::Q6_K
-            | GgmlType::Q8_0 => width,
+            | GgmlType::Q8_0 => {}
             _ => return None,
-        };
+        }
         let rb = ty.row_bytes(n_cols).ok()?;
         if n_rows == 0 || !n_rows.is_multiple_of(PANEL) || weights.len() != rb * n_rows {
             return None;
         }
-        // The AVX-512 kernels take Q4_0 (Q5_0) in Q4_1's (Q5_1's) panels.
-        let wide = width == 2 * PANEL;
-        let fits = match ty {
-            GgmlType::Q4_0 if wide => offset_mins_fit::<BlockQ4_0>(weights, |b| b.d, 8.0),
-            GgmlType::Q5_0 if wide => offset_mins_fit::<BlockQ5_0>(weights, |b| b.d, 16.0),
-            _ => true,
-        };
-        if !fits {
-            return None;
-        }
-        let layout = match ty {
-            GgmlType::Q4_0 if wide => GgmlType::Q4_1,
-            GgmlType::Q5_0 if wide => GgmlType::Q5_1,
-            _ => ty,
-        };
         let nb = n_cols / QK;
-        let panel = Self::panel_bytes(layout, width, nb);
+        let panel = Self::panel_bytes(ty, width, nb);
         let mut data = vec![0u8; n_rows.div_ceil(width) * panel];
         if matches!(
             ty,
@@ -178,7 +159,7 @@ impl PackedMatrix {
                 }
             }
             return Some(PackedMatrix {
-                ty: layout,
+                ty,
                 plus_128,
                 panel_rows: width,
                 n_rows,
@@ -193,9 +174,8 @@ impl PackedMatrix {
                 for (r, row) in rows.clone().enumerate() {
                     let at = row * rb + src_block * i;
                     let b = &weights[at..at + src_block];
-                    // Scale, min (none in Q4_0's and Q5_0's own panels), low
-                    // nibbles and, for Q5, the fifth bits' word.
-                    let min = |d: Half, offset: f32| wide.then(|| offset_min(d, offset));
+                    // Scale, min (none in Q4_0's and Q5_0's panels), low nibbles and,
+                    // for Q5, the fifth bits' word.
                     let q4 = match ty {
                         GgmlType::Q4_1 => {
                             let b: &BlockQ4_1 = bytemuck::from_bytes(b);
@@ -203,7 +183,7 @@ impl PackedMatrix {
                         }
                         GgmlType::Q4_0 => {
                             let b: &BlockQ4_0 = bytemuck::from_bytes(b);
-                            Some((b.d, min(b.d, 8.0), &b.qs, None))
+                            Some((b.d, None, &b.qs, None))
                         }
                         GgmlType::Q5_1 => {
                             let b: &BlockQ5_1 = bytemuck::from_bytes(b);
@@ -211,7 +191,7 @@ impl PackedMatrix {
                         }
                         GgmlType::Q5_0 => {
                             let b: &BlockQ5_0 = bytemuck::from_bytes(b);
-                            Some((b.d, min(b.d, 16.0), &b.qs, Some(b.qh)))
+                            Some((b.d, None, &b.qs, Some(b.qh)))
                         }
                         _ => None,
                     };
@@ -246,7 +226,7 @@ impl PackedMatrix {
             }
         }
         Some(PackedMatrix {
-            ty: layout,
+            ty,
             plus_128,
             panel_rows: width,
             n_rows,
@@ -454,23 +434,6 @@ fn put_nibbles(block: &mut [u8], width: usize, r: usize, value: impl Fn(usize) -
         let (g, e) = (k / 4, k % 4);
         block[4 * width * g + 4 * r + e] = value(k) | (value(16 + k) << 4);
     }
-}
-
-/// The min that gives a block of an offset format its values: `−offset·d` for
-/// `d·(q − offset)`, exactly (`d` times a power of two, in range when
-/// [`offset_mins_fit`]).
-fn offset_min(d: Half, offset: f32) -> Half {
-    let mut m = Half::default();
-    m.set(-offset * d.get());
-    m
-}
-
-/// Whether every block of a matrix of an offset format (blocks `B`, scale `d`) has
-/// a finite `−offset·d` in f16.
-fn offset_mins_fit<B: bytemuck::Pod>(weights: &[u8], d: impl Fn(&B) -> Half, offset: f32) -> bool {
-    bytemuck::cast_slice::<u8, B>(weights)
-        .iter()
-        .all(|b| (offset * d(b).get()).abs() <= f32::from(half::f16::MAX))
 }
 
 /// Whether there are kernels for [`PackedMatrix`] panels here (`None` if not), and if

@@ -4,10 +4,9 @@
 
 use std::convert::Infallible;
 
-use acs_core::chat::ChatStream;
+use acs_core::chat::ChunkWriter;
 use acs_core::ids::completion_id;
-use acs_core::response::{CompletionChunk, TEXT_COMPLETION};
-use acs_core::{Answer, Shape, Usage};
+use acs_core::{Answer, Usage};
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -37,32 +36,6 @@ pub enum Audience {
     },
 }
 
-/// The `data:` lines of one stream's chunks, in its request's shape: chat's first
-/// chunk of a choice names its role, so a chat stream keeps which choices have begun.
-struct Chunks {
-    id: String,
-    created: i64,
-    model: String,
-    chat: Option<ChatStream>,
-}
-
-impl Chunks {
-    fn line(&mut self, choices: Vec<acs_core::Choice>, usage: Option<Usage>) -> String {
-        let c = CompletionChunk {
-            id: self.id.clone(),
-            object: TEXT_COMPLETION.into(),
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            usage,
-        };
-        match &mut self.chat {
-            Some(stream) => data_line(&stream.chunk(c)),
-            None => data_line(&c),
-        }
-    }
-}
-
 /// Server-sent events: one event per engine step, `data: [DONE]` at the end.
 pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
     let id = completion_id(random());
@@ -75,15 +48,7 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
         } => (chunks, include_usage, true),
     };
     let shape = a.shape;
-    let writer = Chunks {
-        id: id.clone(),
-        created,
-        model: model.clone(),
-        chat: match shape {
-            Shape::Chat { top_logprobs } => Some(ChatStream::new(top_logprobs)),
-            Shape::Text => None,
-        },
-    };
+    let writer = ChunkWriter::new(id.clone(), created, model.clone(), shape);
     let prompt_lens = a.prompt_lens;
     // Completion tokens so far: every generated token moves its choice once.
     let start = (a.rx, writer, false, 0usize);
@@ -102,7 +67,7 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
                             t.push_str(&usage_event(&Usage::new(&prompt_lens, &[generated])));
                         }
                         if chunks {
-                            t.push_str(&writer.line(d, None));
+                            t.push_str(&data_line(&writer.chunk(d, None)));
                         }
                         Some((Ok::<_, Infallible>(t), (rx, writer, false, generated)))
                     }
@@ -111,7 +76,7 @@ pub fn sse(a: Admitted, model: String, audience: Audience) -> Response {
                             t.push_str(&usage_event(&f.usage));
                         }
                         if chunks && include_usage {
-                            t.push_str(&writer.line(Vec::new(), Some(f.usage)));
+                            t.push_str(&data_line(&writer.chunk(Vec::new(), Some(f.usage))));
                         }
                         if edge && !chunks {
                             let c = f.into_completion(&model, id, created);

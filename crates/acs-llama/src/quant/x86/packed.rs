@@ -110,8 +110,8 @@ fn q5_step_plain(s: __m256i, wl: __m256i, wh: __m256i, xl: __m256i, xh: __m256i)
 /// both a block's scaled sum and its mins term: two per vector left four vectors
 /// short of the 16 AVX2 registers (20 spills per block; 6 now). Every (row, vector)
 /// pair sees the same operations in the same order whatever `V`, so batched and
-/// single results agree exactly; and a made min equals the stored one (−8d and
-/// −16d are exact), so Q4_0 gives what it gives in Q4_1's panels.
+/// single results agree exactly; and a made min is exact (−8d and −16d), so Q4_0
+/// gives what Q4_1 with those mins would give.
 macro_rules! packed_q4_1_kernel {
     ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal,
      offset: $offset:expr) => {

@@ -153,29 +153,39 @@ macro_rules! block_sums {
     }};
 }
 
-/// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel (Q5_1's where `Q5`), with AVX-512:
-/// every lane runs the
-/// same operations in the same order as in the 256-bit kernel, so results are
-/// identical, at twice the rows per instruction and with 32 registers for the
-/// sums of up to eight vectors.
+/// [`packed_q4_1_vnni`] on a 16-row Q4_1 panel (Q5_1's where `Q5`; Q4_0's and
+/// Q5_0's, which store no mins, where `OFFSET` is their `m = −OFFSET·d`), with
+/// AVX-512: every lane runs the same operations in the same order as in the 256-bit
+/// kernel, so results are identical, at twice the rows per instruction and with 32
+/// registers for the sums of up to eight vectors.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q4_1_512<const V: usize, const Q5: bool>(
+fn packed_q4_1_512<const V: usize, const Q5: bool, const OFFSET: u8>(
     panel: &[u8],
     ahead: &[u8],
     x: Xs<'_>,
 ) -> [[f32; 16]; V] {
-    let bytes = if Q5 { 384 } else { 320 };
+    // Where the nibbles start, after the scales and any mins, and a block's bytes.
+    let nibbles = if OFFSET > 0 { 32 } else { 64 };
+    let bytes = nibbles + if Q5 { 320 } else { 256 };
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for i in 0..x.nb {
         let b = &panel[bytes * i..bytes * i + bytes];
         prefetch_block(next, i, bytes);
         let d = halves16(b);
-        let m = halves16(&b[32..]);
+        let m = if OFFSET > 0 {
+            _mm512_mul_ps(d, _mm512_set1_ps(-f32::from(OFFSET)))
+        } else {
+            halves16(&b[32..])
+        };
         let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-        let high = if Q5 { Some(load64(&b[320..])) } else { None };
-        let sums = block_sums!(false, &b[64..], high, &xb);
+        let high = if Q5 {
+            Some(load64(&b[nibbles + 256..]))
+        } else {
+            None
+        };
+        let sums = block_sums!(false, &b[nibbles..], high, &xb);
         for v in 0..V {
             let p = _mm512_cvtepi32_ps(sums[v]);
             acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -227,23 +237,33 @@ fn bytes16_ps(b: &[u8]) -> __m512 {
     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
 }
 
-/// [`packed_q4_k_vnni`] on a 16-row Q4_K panel (see [`packed_q4_1_512`]).
+/// [`packed_q4_k_vnni`] on a 16-row Q4_K panel (Q5_K's where `Q5`; see
+/// [`packed_q4_1_512`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q4_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+fn packed_q4_k_512<const V: usize, const Q5: bool>(
+    panel: &[u8],
+    ahead: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 16]; V] {
+    // A sub-block's bytes (its nibbles, then Q5_K's fifth bits) and a super-block's.
+    let sub = if Q5 { 320 } else { 256 };
+    let bytes = 320 + 8 * sub;
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
-        let b = &panel[2368 * sb..2368 * sb + 2368];
+        let b = &panel[bytes * sb..bytes * sb + bytes];
         let d = halves16(b);
         let dmin = halves16(&b[32..]);
         for j in 0..8 {
-            prefetch_part(next, 2368 * sb + 296 * j, 296);
+            prefetch_part(next, bytes * sb + bytes / 8 * j, bytes / 8);
             let i = 8 * sb + j;
             let sc = _mm512_mul_ps(d, bytes16_ps(&b[64 + 16 * j..]));
             let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            let sums = block_sums!(false, &b[320 + 256 * j..], None, &xb);
+            let q = &b[320 + sub * j..];
+            let high = if Q5 { Some(load64(&q[256..])) } else { None };
+            let sums = block_sums!(false, q, high, &xb);
             for v in 0..V {
                 let p = _mm512_cvtepi32_ps(sums[v]);
                 acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -314,6 +334,114 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
+/// One block's two-bit values of a 16-row Q2_K or Q3_K panel (`$q`: for each half,
+/// four bytes a row, values `16h + 4f + e` at bits `2f` of byte `e`; with Q3_K's
+/// third bits where `$third` has them, bit `4h + f` of byte `e`) against every one of
+/// the calling kernel's `V` vectors (`$xb`): one integer sum per half and vector, in
+/// the 256-bit kernels' order.
+macro_rules! two_bit_halves_512 {
+    ($q:expr, $third:expr, $xb:expr) => {{
+        let (q, third, xb): (&[u8], Option<__m512i>, &[&BlockQ8; V]) = ($q, $third, $xb);
+        let (two, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+        let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+        let mut halves = [[_mm512_setzero_si512(); V]; 2];
+        for (h, sums) in halves.iter_mut().enumerate() {
+            let wg = load64(&q[64 * h..]);
+            for f in 0..4 {
+                let mut w = _mm512_and_si512(_mm512_srl_epi16(wg, shift(2 * f)), two);
+                if let Some(hw) = third {
+                    let bit = _mm512_and_si512(_mm512_srl_epi16(hw, shift(4 * h + f)), one);
+                    w = _mm512_or_si512(w, _mm512_slli_epi16::<2>(bit));
+                }
+                for v in 0..V {
+                    let x = broadcast4_512(&xb[v].qs, 16 * h + 4 * f);
+                    sums[v] = _mm512_dpbusd_epi32(sums[v], w, x);
+                }
+            }
+        }
+        halves
+    }};
+}
+
+/// [`packed_q3_k_vnni`] on a 16-row Q3_K panel (see [`packed_q4_1_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q3_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for sb in 0..x.nb / 8 {
+        let b = &panel[1824 * sb..1824 * sb + 1824];
+        let d = halves16(b);
+        for j in 0..8 {
+            prefetch_part(next, 1824 * sb + 228 * j, 228);
+            let i = 8 * sb + j;
+            let sc_lo = _mm512_mul_ps(d, sbytes16_ps(&b[32 + 32 * j..]));
+            let sc_hi = _mm512_mul_ps(d, sbytes16_ps(&b[48 + 32 * j..]));
+            let q = &b[288 + 192 * j..288 + 192 * j + 192];
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let halves = two_bit_halves_512!(q, Some(load64(&q[128..])), &xb);
+            for v in 0..V {
+                let half = |h: usize| {
+                    let off = _mm512_set1_epi32(4 * i32::from(xb[v].sums[h]));
+                    _mm512_cvtepi32_ps(_mm512_sub_epi32(halves[h][v], off))
+                };
+                let xd = _mm512_set1_ps(xb[v].d);
+                acc[v] = _mm512_fmadd_ps(half(0), _mm512_mul_ps(sc_lo, xd), acc[v]);
+                acc[v] = _mm512_fmadd_ps(half(1), _mm512_mul_ps(sc_hi, xd), acc[v]);
+            }
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// Sixteen rows' Q2_K scale and min bytes of one group of 16 values, as floats: the
+/// scales (low nibbles) and the mins (high ones).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn nibbles16_ps(b: &[u8]) -> (__m512, __m512) {
+    let v = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
+    let bytes = _mm512_cvtepu8_epi32(_mm_set_epi64x((v >> 64) as i64, v as i64));
+    let low = _mm512_and_si512(bytes, _mm512_set1_epi32(0xF));
+    let high = _mm512_srli_epi32::<4>(bytes);
+    (_mm512_cvtepi32_ps(low), _mm512_cvtepi32_ps(high))
+}
+
+/// [`packed_q2_k_vnni`] on a 16-row Q2_K panel (see [`packed_q4_1_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+    let mut acc = [_mm512_setzero_ps(); V];
+    let next = next_panel(panel, ahead);
+    for sb in 0..x.nb / 8 {
+        let b = &panel[1344 * sb..1344 * sb + 1344];
+        let d = halves16(b);
+        let dmin = halves16(&b[32..]);
+        for j in 0..8 {
+            prefetch_part(next, 1344 * sb + 168 * j, 168);
+            let i = 8 * sb + j;
+            let scaled = |at: usize| {
+                let (sc, mn) = nibbles16_ps(&b[at..]);
+                (_mm512_mul_ps(d, sc), _mm512_mul_ps(dmin, mn))
+            };
+            let (sc_lo, mn_lo) = scaled(64 + 32 * j);
+            let (sc_hi, mn_hi) = scaled(80 + 32 * j);
+            let q = &b[320 + 128 * j..320 + 128 * j + 128];
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let halves = two_bit_halves_512!(q, None, &xb);
+            for v in 0..V {
+                let xd = _mm512_set1_ps(xb[v].d);
+                let half = |h: usize| _mm512_cvtepi32_ps(halves[h][v]);
+                let xsum = |h: usize| _mm512_set1_ps(f32::from(xb[v].sums[h]) * xb[v].d);
+                acc[v] = _mm512_fmadd_ps(half(0), _mm512_mul_ps(sc_lo, xd), acc[v]);
+                acc[v] = _mm512_fmadd_ps(half(1), _mm512_mul_ps(sc_hi, xd), acc[v]);
+                acc[v] = _mm512_fnmadd_ps(mn_lo, xsum(0), acc[v]);
+                acc[v] = _mm512_fnmadd_ps(mn_hi, xsum(1), acc[v]);
+            }
+        }
+    }
+    std::array::from_fn(|v| lanes16(acc[v]))
+}
+
 /// The AVX-512 kernel of the format.
 ///
 /// # Safety
@@ -329,10 +457,16 @@ pub(super) unsafe fn packed_512<const V: usize>(
     unsafe {
         match layout {
             GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
-            GgmlType::Q4_K => packed_q4_k_512::<V>(panel, ahead, x),
+            GgmlType::Q2_K => packed_q2_k_512::<V>(panel, ahead, x),
+            GgmlType::Q3_K => packed_q3_k_512::<V>(panel, ahead, x),
+            GgmlType::Q4_K => packed_q4_k_512::<V, false>(panel, ahead, x),
+            GgmlType::Q5_K => packed_q4_k_512::<V, true>(panel, ahead, x),
             GgmlType::Q6_K => packed_q6_k_512::<V>(panel, ahead, x),
-            GgmlType::Q5_1 => packed_q4_1_512::<V, true>(panel, ahead, x),
-            _ => packed_q4_1_512::<V, false>(panel, ahead, x),
+            GgmlType::Q4_0 => packed_q4_1_512::<V, false, 8>(panel, ahead, x),
+            GgmlType::Q5_0 => packed_q4_1_512::<V, true, 16>(panel, ahead, x),
+            GgmlType::Q5_1 => packed_q4_1_512::<V, true, 0>(panel, ahead, x),
+            GgmlType::Q4_1 => packed_q4_1_512::<V, false, 0>(panel, ahead, x),
+            _ => unreachable!("no panels of {layout:?}"),
         }
     }
 }

@@ -42,15 +42,12 @@ fn lanes16(v: __m512) -> [f32; 16] {
 }
 
 /// Where the AVX-512 kernels' prefetches go: the next panel (`ahead`) when it is
-/// whole, else this one again (asking for lines already in L1 is nearly free, and
-/// keeps the kernel's loop free of branches).
+/// whole, else nowhere. The first group of a batch's vectors asks for the next
+/// panel; the others find this one in the caches, and asking for its lines again
+/// would take load-port slots that the broadcasts of their activations need.
 #[inline]
-fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
-    if ahead.len() == panel.len() {
-        ahead.as_ptr()
-    } else {
-        panel.as_ptr()
-    }
+fn next_panel(panel: &[u8], ahead: &[u8]) -> Option<*const u8> {
+    (ahead.len() == panel.len()).then_some(ahead.as_ptr())
 }
 
 /// Asks for block `i` of the panel at `next` (blocks of `block` bytes), while
@@ -62,7 +59,8 @@ fn next_panel(panel: &[u8], ahead: &[u8]) -> *const u8 {
 /// --bench quant` measures it).
 #[inline]
 #[target_feature(enable = "sse")]
-fn prefetch_block(next: *const u8, i: usize, block: usize) {
+fn prefetch_block(next: Option<*const u8>, i: usize, block: usize) {
+    let Some(next) = next else { return };
     for at in (0..block).step_by(64) {
         // Prefetches never fault, whatever the address.
         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(block * i + at).cast());
@@ -76,7 +74,8 @@ fn prefetch_block(next: *const u8, i: usize, block: usize) {
 /// flight.
 #[inline]
 #[target_feature(enable = "sse")]
-fn prefetch_part(next: *const u8, at: usize, len: usize) {
+fn prefetch_part(next: Option<*const u8>, at: usize, len: usize) {
+    let Some(next) = next else { return };
     for line in (at..at + len).step_by(64) {
         // Prefetches never fault, whatever the address.
         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
@@ -287,7 +286,7 @@ fn sbytes16_ps(b: &[u8]) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
-    let (mask, three) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(3));
+    let (mask, bits45) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
@@ -305,16 +304,21 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             for g in 0..4 {
                 let wg = load64(&q[64 * g..]);
                 let hw = load64(&q[256 + 64 * (g / 2)..]);
-                let shift = 4 * (g as u32 % 2);
-                let high = |s: u32| {
-                    let bits =
-                        _mm512_and_si512(_mm512_srl_epi16(hw, _mm_cvtsi32_si128(s as i32)), three);
-                    _mm512_slli_epi16::<4>(bits)
+                // Group g's high bits sit at bits 0-1 (low half) and 2-3 (high half)
+                // of each byte for even g, at 4-5 and 6-7 for odd g; each moves to
+                // bits 4-5 with an immediate shift, the bytes' other bits masked off
+                // (what a shift carries across a byte lands outside bits 4-5).
+                let (hl, hh) = if g % 2 == 0 {
+                    (_mm512_slli_epi16::<4>(hw), _mm512_slli_epi16::<2>(hw))
+                } else {
+                    (hw, _mm512_srli_epi16::<2>(hw))
                 };
-                let wl = _mm512_or_si512(_mm512_and_si512(wg, mask), high(shift));
-                let wh = _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(wg), mask),
-                    high(shift + 2),
+                // (low nibble) | (high bits): 0xEC is `(a & c) | b`.
+                let wl = _mm512_ternarylogic_epi32::<0xEC>(wg, _mm512_and_si512(hl, bits45), mask);
+                let wh = _mm512_ternarylogic_epi32::<0xEC>(
+                    _mm512_srli_epi16::<4>(wg),
+                    _mm512_and_si512(hh, bits45),
+                    mask,
                 );
                 for v in 0..V {
                     lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));

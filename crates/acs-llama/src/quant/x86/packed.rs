@@ -586,6 +586,11 @@ macro_rules! tiles {
     };
 }
 
+/// Bytes of activations a chunk of vectors of the AVX-512 kernels holds (see
+/// [`packed_rows`]): a quarter of the 2 MiB L2 of a core of the CPUs that have them,
+/// the rest left to the panels passing over them.
+pub(crate) const CHUNK_ACTIVATION_BYTES: usize = 512 << 10;
+
 /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
 /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
 pub(crate) fn packed_rows(
@@ -611,48 +616,56 @@ pub(crate) fn packed_rows(
             "16-row panels are packed for the AVX-512 kernels alone"
         );
         debug_assert!(rows.start.is_multiple_of(width), "whole panels");
-        for r0 in rows.clone().step_by(width) {
-            let this = panel(r0);
-            // The next panel, whether this task's or the next one's (none past
-            // the matrix's last: the kernel then asks for this one again).
-            let next = (r0 / width + 1) * panel_bytes;
-            let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
-            // The high eight rows of a last panel past the matrix's rows (zeros)
-            // are dropped.
-            let high = r0 + PANEL < rows.end;
-            for g in (0..qx.count).step_by(8) {
-                // The first group of vectors asks for all of the next panel.
-                let ahead = if g == 0 { next } else { &[] };
-                let nv = (qx.count - g).min(8);
-                let x = Xs {
-                    blocks: &qx.blocks[g * nb..(g + nv) * nb],
-                    sums: &[],
-                    lane: 0,
-                    nb,
-                };
-                let mut emit = |o: &[[f32; 16]]| {
-                    for (v, lanes) in o.iter().enumerate() {
-                        let (lo, hi) = lanes.split_at(PANEL);
-                        put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
-                        if high {
-                            put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+        // A long batch (a prefill) runs in chunks of vectors whose activations stay
+        // in L2 while every panel passes over them; each chunk streams the panels
+        // once. Each (row, vector) pair still sees one kernel call's operations in
+        // order, so the chunks change no result.
+        let chunk = (CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>())).max(8) / 8 * 8;
+        for first in (0..qx.count).step_by(chunk) {
+            let vectors = first..(first + chunk).min(qx.count);
+            for r0 in rows.clone().step_by(width) {
+                let this = panel(r0);
+                // The next panel, whether this task's or the next one's (none past
+                // the matrix's last).
+                let next = (r0 / width + 1) * panel_bytes;
+                let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
+                // The high eight rows of a last panel past the matrix's rows (zeros)
+                // are dropped.
+                let high = r0 + PANEL < rows.end;
+                for g in vectors.clone().step_by(8) {
+                    // The first group of vectors asks for all of the next panel.
+                    let ahead = if g == first { next } else { &[] };
+                    let nv = (vectors.end - g).min(8);
+                    let x = Xs {
+                        blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                        sums: &[],
+                        lane: 0,
+                        nb,
+                    };
+                    let mut emit = |o: &[[f32; 16]]| {
+                        for (v, lanes) in o.iter().enumerate() {
+                            let (lo, hi) = lanes.split_at(PANEL);
+                            put_lanes(g + v, r0, lo.try_into().expect("8 lanes"));
+                            if high {
+                                put_lanes(g + v, r0 + PANEL, hi.try_into().expect("8 lanes"));
+                            }
                         }
-                    }
-                };
-                // SAFETY: `avx512` is set only when runtime detection found
-                // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
-                // every token proves: the features of the kernels called. They
-                // touch memory only through bounds-checked slicing.
-                unsafe {
-                    match nv {
-                        1 => emit(&packed_512::<1>(pm.ty, this, ahead, x)),
-                        2 => emit(&packed_512::<2>(pm.ty, this, ahead, x)),
-                        3 => emit(&packed_512::<3>(pm.ty, this, ahead, x)),
-                        4 => emit(&packed_512::<4>(pm.ty, this, ahead, x)),
-                        5 => emit(&packed_512::<5>(pm.ty, this, ahead, x)),
-                        6 => emit(&packed_512::<6>(pm.ty, this, ahead, x)),
-                        7 => emit(&packed_512::<7>(pm.ty, this, ahead, x)),
-                        _ => emit(&packed_512::<8>(pm.ty, this, ahead, x)),
+                    };
+                    // SAFETY: `avx512` is set only when runtime detection found
+                    // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
+                    // every token proves: the features of the kernels called. They
+                    // touch memory only through bounds-checked slicing.
+                    unsafe {
+                        match nv {
+                            1 => emit(&packed_512::<1>(pm.ty, this, ahead, x)),
+                            2 => emit(&packed_512::<2>(pm.ty, this, ahead, x)),
+                            3 => emit(&packed_512::<3>(pm.ty, this, ahead, x)),
+                            4 => emit(&packed_512::<4>(pm.ty, this, ahead, x)),
+                            5 => emit(&packed_512::<5>(pm.ty, this, ahead, x)),
+                            6 => emit(&packed_512::<6>(pm.ty, this, ahead, x)),
+                            7 => emit(&packed_512::<7>(pm.ty, this, ahead, x)),
+                            _ => emit(&packed_512::<8>(pm.ty, this, ahead, x)),
+                        }
                     }
                 }
             }

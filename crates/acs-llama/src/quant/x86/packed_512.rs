@@ -42,7 +42,7 @@ fn lanes16(v: __m512) -> [f32; 16] {
 }
 
 /// Where the AVX-512 kernels' prefetches go: the next panel (`ahead`) when it is
-/// whole, else nowhere. The first group of a batch's vectors asks for the next
+/// whole, else nowhere. The first group of a chunk of vectors asks for the next
 /// panel; the others find this one in the caches, and asking for its lines again
 /// would take load-port slots that the broadcasts of their activations need.
 #[inline]

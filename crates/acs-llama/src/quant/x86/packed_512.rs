@@ -41,6 +41,13 @@ fn lanes16(v: __m512) -> [f32; 16] {
     o
 }
 
+/// The level the AVX-512 kernels' prefetches fill: L2, not L1. A prefetch into L1
+/// holds one of the core's few L1 miss buffers for the whole trip from memory, so
+/// that a single sequence's decode, which streams every panel once, kept too few
+/// lines in flight; into L2 it keeps as many as L2 tracks, and the block's loads
+/// then take the lines from L2 (docs/performance.md, 2026-12-05, has the measurement).
+const PANEL_HINT: i32 = _MM_HINT_T1;
+
 /// Where the AVX-512 kernels' prefetches go: the next panel (`ahead`) when it is
 /// whole, else nowhere. The first group of a chunk of vectors asks for the next
 /// panel; the others find this one in the caches, and asking for its lines again
@@ -63,7 +70,7 @@ fn prefetch_block(next: Option<*const u8>, i: usize, block: usize) {
     let Some(next) = next else { return };
     for at in (0..block).step_by(64) {
         // Prefetches never fault, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(block * i + at).cast());
+        _mm_prefetch::<PANEL_HINT>(next.wrapping_add(block * i + at).cast());
     }
 }
 
@@ -78,7 +85,7 @@ fn prefetch_part(next: Option<*const u8>, at: usize, len: usize) {
     let Some(next) = next else { return };
     for line in (at..at + len).step_by(64) {
         // Prefetches never fault, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
+        _mm_prefetch::<PANEL_HINT>(next.wrapping_add(line).cast());
     }
 }
 

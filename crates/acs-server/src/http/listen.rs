@@ -64,6 +64,12 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Streams write an event at a time: with Nagle's algorithm on, an event
+        // written while the last one waits for its ACK would wait too, and a client
+        // that delays its ACKs (Linux by up to 40 ms) would see every event late.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
         let service = TowerToHyperService::new(app.clone());
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {

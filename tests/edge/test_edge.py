@@ -577,3 +577,147 @@ def test_an_upstream_that_hangs_costs_one_request_its_wait():
                 if p and p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+def admin_call(edge: Edge, method: str, path: str, **kw) -> httpx.Response:
+    return httpx.request(method, f"{edge.url}/admin/keys{path}",
+                         headers={"authorization": f"Bearer {ADMIN_SECRET}"}, **kw)
+
+
+def finished_job(edge: Edge, key: str, body: dict) -> httpx.Response:
+    """Submits a job, waits for it to succeed, and returns its result's response."""
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key), json=body)
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    deadline = time.time() + 120
+    while (j := httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(key)).json())["status"] \
+            in ("queued", "running"):
+        assert time.time() < deadline, j
+        time.sleep(0.1)
+    assert j["status"] == "succeeded", j
+    r = httpx.get(f"{edge.url}/v1/completion-jobs/{job}/result", headers=auth(key))
+    assert r.status_code == 200, r.text
+    return r
+
+
+def test_the_admin_reads_a_keys_usage_log(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(100_000)
+    key_id = "key_" + key.split("-")[1]
+    body = {"model": "llama-8b", "prompt": ["The sky is", "Water is"], "n": 2, "max_tokens": 3,
+            "logit_bias": NO_EOS}
+    whole = httpx.post(f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=120)
+    assert whole.status_code == 200, whole.text
+    chat = {"model": "llama-8b", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 3,
+            "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{edge.url}/v1/chat/completions", json=chat, headers=auth(key), timeout=120) as s:
+        assert s.status_code == 200
+        events = [json.loads(line[6:]) for line in s.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        stream_id = s.headers["x-request-id"]
+    stream_usage = events[-1]["usage"]
+    result = finished_job(edge, key, {"model": "llama-8b", "prompt": "Once", "max_tokens": 2,
+                                      "logit_bias": NO_EOS})
+
+    r = admin_call(edge, "GET", f"/{key_id}/usage")
+    assert r.status_code == 200, r.text
+    rows = r.json()["data"]
+    assert [row["endpoint"] for row in rows] == ["/v1/completion-jobs", "/v1/chat/completions", "/v1/completions"]
+    job_row, stream_row, whole_row = rows
+    assert whole_row | {"latency_ms": 0, "upstream": None, "created_at": 0} == {
+        "request_id": whole.headers["x-request-id"], "created_at": 0, "endpoint": "/v1/completions",
+        "model": "llama-8b", "prompts": 2, "n": 2, "max_tokens": 3, "stream": False,
+        "tokens": whole.json()["usage"]["total_tokens"], "latency_ms": 0, "upstream": None,
+        "outcome": "succeeded"}
+    assert abs(whole_row["created_at"] - time.time()) < 300
+    assert stream_row["request_id"] == stream_id and stream_row["stream"] is True
+    assert stream_row["tokens"] == stream_usage["total_tokens"] and stream_row["outcome"] == "succeeded"
+    assert job_row["request_id"] == result.headers["x-request-id"]
+    assert job_row["tokens"] == result.json()["usage"]["total_tokens"] and job_row["outcome"] == "succeeded"
+    for row in rows:
+        assert row["upstream"] in {u.url for u in ups} and row["latency_ms"] > 0, row
+    # The log accounts for every token the Budget was charged.
+    assert 100_000 - settle_budget(edge, key)["tokens_left"] == sum(row["tokens"] for row in rows)
+
+    newest = admin_call(edge, "GET", f"/{key_id}/usage?limit=1").json()["data"]
+    assert newest == rows[:1]
+    for bad in ("0", "-1", "x", "1001"):
+        r = admin_call(edge, "GET", f"/{key_id}/usage?limit={bad}")
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", r.text
+    # Another key's log is its own; the key itself cannot read the log.
+    other = edge.new_key(1000)
+    assert admin_call(edge, "GET", f"/key_{other.split('-')[1]}/usage").json()["data"] == []
+    r = httpx.get(f"{edge.url}/admin/keys/{key_id}/usage", headers=auth(key))
+    assert r.status_code == 401, r.text
+
+
+def test_a_key_expires_and_keeps_to_its_models(cluster):
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(100_000, models=["llama-8b"], name="team-a")
+    key_id = "key_" + key.split("-")[1]
+    info = admin_call(edge, "GET", f"/{key_id}")
+    assert info.status_code == 200, info.text
+    assert info.json() | {"created_at": 0} == {
+        "id": key_id, "name": "team-a", "created_at": 0, "revoked": False, "tokens_left": 100_000,
+        "tokens_held": 0, "running": 0, "max_running": 16, "requests_per_minute": None,
+        "tokens_per_minute": None, "expires_at": None, "models": ["llama-8b"]}
+
+    ok = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 1}
+    assert httpx.post(f"{edge.url}/v1/completions", json=ok, headers=auth(key), timeout=120).status_code == 200
+    # A model off the list is refused at the edge as OpenAI refuses one a key cannot use.
+    for path in ("/v1/completions", "/v1/completion-jobs"):
+        r = httpx.post(f"{edge.url}{path}", json=ok | {"model": "gpt-4o"}, headers=auth(key))
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+    r = httpx.post(f"{edge.url}/v1/chat/completions", headers=auth(key),
+                   json={"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+
+    # Expired: every route answers 401; a later expiry lets the key in again.
+    r = admin_call(edge, "POST", f"/{key_id}/policy", json={"expires_at": int(time.time()) - 1})
+    assert r.status_code == 200 and r.json()["models"] == ["llama-8b"], r.text
+    for method, path in (("GET", "/v1/budget"), ("POST", "/v1/completions"), ("GET", "/v1/completion-jobs")):
+        r = httpx.request(method, f"{edge.url}{path}", headers=auth(key), json=ok)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", (path, r.text)
+        assert "expired" in r.json()["error"]["message"]
+    later = int(time.time()) + 3600
+    r = admin_call(edge, "POST", f"/{key_id}/policy", json={"expires_at": later, "models": None})
+    assert r.status_code == 200 and r.json()["expires_at"] == later and r.json()["models"] is None, r.text
+    assert budget(edge, key)["tokens_held"] == 0
+    for bad in ({"expires_at": "soon"}, {"models": "llama-8b"}, {"models": [""]}, {"expiry": 5}):
+        r = admin_call(edge, "POST", f"/{key_id}/policy", json=bad)
+        assert r.status_code == 400, (bad, r.text)
+    assert admin_call(edge, "GET", f"/{key_id}").json()["expires_at"] == later
+    r = admin_call(edge, "POST", "", json={"tokens": 5, "models": ["m"] * 65})
+    assert r.status_code == 400, r.text
+
+
+def test_the_admin_lists_keys_by_id(cluster):
+    edge, _ = cluster
+    made = {"key_" + edge.new_key(10, name=f"listed-{i}").split("-")[1]: f"listed-{i}" for i in range(3)}
+    seen, after = [], None
+    while True:
+        r = admin_call(edge, "GET", "?limit=2" + (f"&after={after}" if after else ""))
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert page["object"] == "list" and len(page["data"]) <= 2
+        seen += page["data"]
+        if not page["has_more"]:
+            break
+        after = page["data"][-1]["id"]
+    ids = [k["id"] for k in seen]
+    assert ids == sorted(set(ids)) and set(made) <= set(ids)
+    for k in seen:
+        # The list never holds a secret.
+        assert set(k) == {"id", "name", "created_at"}, k
+        if k["id"] in made:
+            assert k["name"] == made[k["id"]] and abs(k["created_at"] - time.time()) < 300
+    for bad in ("?limit=0", "?limit=1001", "?limit=x"):
+        r = admin_call(edge, "GET", bad)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", r.text
+    assert httpx.get(f"{edge.url}/admin/keys", headers={"authorization": "Bearer wrong"}).status_code == 401
+    # Paths name keys by id; anything else names no object.
+    for other in ("directory", "key_zz", "key_0123456789abc"):
+        r = admin_call(edge, "GET", f"/{other}")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text

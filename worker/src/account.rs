@@ -28,9 +28,12 @@ use worker::{
 };
 
 use crate::auth;
+use crate::directory::{self, Listed, PageQuery};
 use crate::http::{self, budget_headers, json, now, random, read_body, set};
+use crate::policy::{self, Policy, PolicyChange};
 use crate::store::Db;
 use crate::upstream::{Endpoint, EventParser, Lease, RunEvent, Upstreams};
+use crate::usage_log::{self, Asked, Entry};
 
 /// How often the alarm looks for queued jobs that may start while jobs run.
 const TICK: Duration = Duration::from_millis(200);
@@ -54,6 +57,15 @@ pub struct NewKey {
     /// Tokens the key's requests may hold a minute, if limited.
     #[serde(default)]
     pub tokens_per_minute: Option<u64>,
+    /// When the key expires and which models it may use.
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+/// How many rows of its usage log the admin reads.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct UsageQuery {
+    pub limit: usize,
 }
 
 /// A top-up.
@@ -110,7 +122,8 @@ fn env_number(env: &Env, name: &str, default: u64) -> u64 {
 
 impl DurableObject for Account {
     fn new(state: State, env: Env) -> Self {
-        let inner = Db::open(state.storage()).and_then(|db| {
+        let tables = &[policy::SCHEMA, usage_log::SCHEMA, directory::SCHEMA];
+        let inner = Db::open(state.storage(), tables).and_then(|db| {
             let retention_ms = env_number(&env, "ACS_RETENTION_SECS", 86_400).saturating_mul(1000);
             Ok(Rc::new(Inner {
                 // One object is one key: its id is the key's scope upstream.
@@ -186,7 +199,7 @@ impl Inner {
         if let Some(admin) = path.strip_prefix("/internal/") {
             return self.admin(admin, &mut req).await;
         }
-        let key = self.authenticate(&req)?;
+        let (key, policy) = self.authenticate(&req)?;
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         match (method, segments.as_slice()) {
             (Method::Get, ["v1", "budget"]) => {
@@ -197,12 +210,13 @@ impl Inner {
                 Ok(resp)
             }
             (Method::Post, ["v1", "completions"]) => {
-                self.complete(key, &mut req, Endpoint::Completions).await
+                self.complete(key, &policy, &mut req, Endpoint::Completions)
+                    .await
             }
             (Method::Post, ["v1", "chat", "completions"]) => {
-                self.complete(key, &mut req, Endpoint::Chat).await
+                self.complete(key, &policy, &mut req, Endpoint::Chat).await
             }
-            (Method::Post, ["v1", "completion-jobs"]) => self.submit(key, &mut req).await,
+            (Method::Post, ["v1", "completion-jobs"]) => self.submit(key, &policy, &mut req).await,
             (Method::Get, ["v1", "completion-jobs"]) => {
                 let url = req.url().map_err(|e| ApiError::internal(e.to_string()))?;
                 let (mut limit, mut after) = (None, None);
@@ -254,13 +268,23 @@ impl Inner {
         }
     }
 
-    /// The key of `Authorization: Bearer <key>`, or 401; the same messages as `acs serve`.
-    fn authenticate(&self, req: &Request) -> Result<ApiKey, ApiError> {
+    /// The key of `Authorization: Bearer <key>` and its policy, or 401 (the same
+    /// messages as `acs serve`, and one for a key past its expiry).
+    fn authenticate(&self, req: &Request) -> Result<(ApiKey, Policy), ApiError> {
         let secret = auth::bearer(req)?;
         let hash = KeyHash::of(&secret);
-        let key = self.db.tx(move |s| Ok(s.key_by_hash(&hash)?))?;
-        match key {
-            Some(k) if !k.revoked => Ok(k),
+        let found = self.db.tx(move |s| {
+            let Some(key) = s.key_by_hash(&hash)? else {
+                return Ok(None);
+            };
+            let policy = policy::get(s, &key.id)?;
+            Ok(Some((key, policy)))
+        })?;
+        match found {
+            Some((k, p)) if !k.revoked => {
+                p.check_key(now())?;
+                Ok((k, p))
+            }
             Some(_) => Err(auth::unauthorized("This API key was revoked.")),
             None => Err(auth::unauthorized("Incorrect API key provided.")),
         }
@@ -273,6 +297,7 @@ impl Inner {
         match what {
             "create" => {
                 let k: NewKey = serde_json::from_slice(&body).map_err(bad)?;
+                k.policy.check()?;
                 let t = now();
                 let view = self.db.tx(move |s| {
                     s.put_key(&ApiKey {
@@ -297,9 +322,44 @@ impl Inner {
                             k.tokens_per_minute,
                         )?;
                     }
+                    if k.policy != Policy::default() {
+                        policy::put(s, &k.id, &k.policy)?;
+                    }
                     ledger::view(s, &k.id)
                 })?;
                 Ok(json(201, &view))
+            }
+            "info" => Ok(json(200, &self.db.tx(key_info)?)),
+            "policy" => {
+                let change: PolicyChange = serde_json::from_slice(&body).map_err(bad)?;
+                let info = self.db.tx(move |s| {
+                    let key = only_key(s)?;
+                    let changed = policy::get(s, &key.id)?.changed(change)?;
+                    policy::put(s, &key.id, &changed)?;
+                    key_info(s)
+                })?;
+                Ok(json(200, &info))
+            }
+            "directory-add" => {
+                let k: Listed = serde_json::from_slice(&body).map_err(bad)?;
+                self.db.tx(move |s| directory::add(s, &k))?;
+                Ok(json(200, &serde_json::json!({})))
+            }
+            "directory-list" => {
+                let q: PageQuery = serde_json::from_slice(&body).map_err(bad)?;
+                let (data, has_more) = self.db.tx(move |s| directory::page(s, &q))?;
+                Ok(json(
+                    200,
+                    &serde_json::json!({ "object": "list", "data": data, "has_more": has_more }),
+                ))
+            }
+            "usage" => {
+                let q: UsageQuery = serde_json::from_slice(&body).map_err(bad)?;
+                let rows = self.db.tx(move |s| usage_log::recent(s, q.limit))?;
+                Ok(json(
+                    200,
+                    &serde_json::json!({ "object": "list", "data": rows }),
+                ))
             }
             "top-up" => {
                 let t: TopUp = serde_json::from_slice(&body).map_err(bad)?;
@@ -352,10 +412,16 @@ impl Inner {
         self.with_budget(key_id, http::error(e))
     }
 
-    /// Charges `used` of Hold `id` and releases the rest.
-    fn settle(&self, id: &str, used: u64) {
-        let id = id.to_owned();
-        if let Err(e) = self.db.tx(move |s| ledger::settle(s, &id, used)) {
+    /// Charges `used` of the Hold of request `asked` and releases the rest, and
+    /// notes the request in the key's usage log, together.
+    fn settle(&self, asked: &Asked, used: u64, upstream: Option<String>, outcome: &str) {
+        let entry = Entry::ended(asked, now(), used, upstream, outcome);
+        let id = asked.request_id.clone();
+        let settled = self.db.tx(move |s| {
+            ledger::settle(s, &id, used)?;
+            usage_log::append(s, &entry)
+        });
+        if let Err(e) = settled {
             worker::console_error!("settling a Hold failed: {e}");
         }
     }
@@ -366,6 +432,7 @@ impl Inner {
     async fn complete(
         self: Rc<Self>,
         key: ApiKey,
+        policy: &Policy,
         req: &mut Request,
         endpoint: Endpoint,
     ) -> Result<Response, ApiError> {
@@ -375,6 +442,7 @@ impl Inner {
             _ => RequestEndpoint::Completions,
         };
         let parsed = CompletionRequest::parse(&bytes, rules)?;
+        policy.check_model(&parsed.model)?;
         let body = String::from_utf8_lossy(&bytes).into_owned();
         let hold = self.upstreams.hold_tokens(&body, endpoint).await?;
         let rid = http::new_request_id();
@@ -385,12 +453,13 @@ impl Inner {
         if let Err(e) = admitted {
             return Ok(self.refusal(&key.id, &e));
         }
+        let asked = Asked::new(&rid, endpoint.name(), &parsed, t);
         let key_id = key.id.clone();
         let view = self.db.tx(move |s| ledger::view(s, &key_id))?;
         let resp = if parsed.stream {
-            self.stream(rid.clone(), body, endpoint).await
+            self.stream(asked, body, endpoint).await
         } else {
-            self.whole(&rid, &body, endpoint).await
+            self.whole(&asked, &body, endpoint).await
         }?;
         budget_headers(resp.headers(), &view);
         set(resp.headers(), "x-request-id", &rid);
@@ -399,20 +468,41 @@ impl Inner {
 
     /// A completion answered whole. An upstream that dies before the end is replaced
     /// by the next (the lost attempt is not charged).
-    async fn whole(&self, rid: &str, body: &str, endpoint: Endpoint) -> Result<Response, ApiError> {
+    async fn whole(
+        &self,
+        asked: &Asked,
+        body: &str,
+        endpoint: Endpoint,
+    ) -> Result<Response, ApiError> {
         let signal = AbortController::default().signal();
         let ended = run_to_end(&self.upstreams, body, endpoint, &signal).await;
         match ended {
-            Ok((Outcome::Succeeded(c), used)) => {
-                self.settle(rid, used);
+            Ok(Ran {
+                outcome: Outcome::Succeeded(c),
+                used,
+                upstream,
+            }) => {
+                self.settle(asked, used, upstream, "succeeded");
                 Ok(json(200, &c))
             }
-            Ok((Outcome::Failed(e), _)) | Err(e) => {
-                self.settle(rid, 0);
+            Ok(Ran {
+                outcome: Outcome::Failed(e),
+                upstream,
+                ..
+            }) => {
+                self.settle(asked, 0, upstream, "failed");
                 Err(e)
             }
-            Ok((Outcome::Cancelled, used)) => {
-                self.settle(rid, used);
+            Err(e) => {
+                self.settle(asked, 0, None, "failed");
+                Err(e)
+            }
+            Ok(Ran {
+                outcome: Outcome::Cancelled,
+                used,
+                upstream,
+            }) => {
+                self.settle(asked, used, upstream, "cancelled");
                 Err(ApiError::internal("the run stopped"))
             }
         }
@@ -423,7 +513,7 @@ impl Inner {
     /// was generated until then (and the upstream run is cancelled).
     async fn stream(
         self: Rc<Self>,
-        rid: String,
+        asked: Asked,
         body: String,
         endpoint: Endpoint,
     ) -> Result<Response, ApiError> {
@@ -440,16 +530,17 @@ impl Inner {
         let (upstream, lease) = match started {
             Ok(s) => s,
             Err(e) => {
-                self.settle(&rid, 0);
+                self.settle(&asked, 0, None, "failed");
                 return Err(e);
             }
         };
         let guard = HoldGuard {
             inner: Rc::clone(&self),
-            hold_id: rid,
+            asked,
             used: 0,
+            outcome: "cancelled",
             controller: Some(controller),
-            _lease: lease,
+            lease,
         };
         let state = (upstream, EventParser::default(), guard, false);
         let events = futures_util::stream::unfold(
@@ -469,6 +560,7 @@ impl Inner {
                                 "The model server went away during the stream.",
                             );
                             let text = format!("data: {}\n\ndata: [DONE]\n\n", e.to_json());
+                            guard.outcome = "failed";
                             guard.close();
                             return Some((
                                 Ok::<_, worker::Error>(text.into_bytes()),
@@ -493,10 +585,14 @@ impl Inner {
                             RunEvent::Result(_) => {}
                             RunEvent::Error(e) => {
                                 guard.used = 0;
+                                guard.outcome = "failed";
                                 out.push_str(&format!("data: {}\n\n", e.to_json()));
                             }
                             RunEvent::Done => {
                                 out.push_str("data: [DONE]\n\n");
+                                if guard.outcome == "cancelled" {
+                                    guard.outcome = "succeeded";
+                                }
                                 done = true;
                             }
                         }
@@ -518,7 +614,12 @@ impl Inner {
     }
 
     /// `POST /v1/completion-jobs`.
-    async fn submit(&self, key: ApiKey, req: &mut Request) -> Result<Response, ApiError> {
+    async fn submit(
+        &self,
+        key: ApiKey,
+        policy: &Policy,
+        req: &mut Request,
+    ) -> Result<Response, ApiError> {
         let idem = req
             .headers()
             .get("idempotency-key")
@@ -526,6 +627,7 @@ impl Inner {
         let bytes = read_body(req, self.max_body_bytes).await?;
         let value = parse_json_object(&bytes)?;
         let parsed = CompletionRequest::from_value(&value, RequestEndpoint::Jobs)?;
+        policy.check_model(&parsed.model)?;
         let canonical = canonical_json(&value);
         let digest = body_digest(&canonical);
         let (t, retention) = (now(), self.retention_ms);
@@ -650,15 +752,25 @@ impl Inner {
             .db
             .tx(move |s| Ok(s.job(id)?.is_some_and(|j| j.cancel_requested)))
             .unwrap_or(false);
-        let (outcome, used) = if cancel_now {
-            (Outcome::Cancelled, 0)
+        let started = now();
+        let asked = CompletionRequest::parse(job.body.as_bytes(), RequestEndpoint::Jobs)
+            .ok()
+            .map(|r| Asked::new(&id.request_id(), Endpoint::Jobs.name(), &r, started));
+        let (outcome, used, upstream) = if cancel_now {
+            (Outcome::Cancelled, 0, None)
         } else {
             match run_to_end(&self.upstreams, &job.body, Endpoint::Jobs, &signal).await {
-                Ok(done) => done,
-                Err(e) => (Outcome::Failed(e), 0),
+                Ok(r) => (r.outcome, r.used, r.upstream),
+                Err(e) => (Outcome::Failed(e), 0, None),
             }
         };
         self.running.borrow_mut().remove(&id);
+        if let Some(asked) = asked {
+            let entry = Entry::ended(&asked, now(), used, upstream, outcome_name(&outcome));
+            if let Err(e) = self.db.tx(move |s| usage_log::append(s, &entry)) {
+                worker::console_error!("logging job {id}: {e}");
+            }
+        }
         let (t, retention) = (now(), self.retention_ms);
         if let Err(e) = self
             .db
@@ -702,11 +814,51 @@ impl Inner {
     }
 }
 
+/// The admin's view of the object's key: its record, Budget, per-minute limits and
+/// policy.
+fn key_info(s: &mut crate::store::DoStore) -> Result<serde_json::Value, ApiError> {
+    let key = only_key(s)?;
+    let view = ledger::view(s, &key.id)?;
+    let rate = s.rate(&key.id)?;
+    let policy = policy::get(s, &key.id)?;
+    Ok(serde_json::json!({
+        "id": key.id,
+        "name": key.name,
+        "created_at": key.created_at.0.div_euclid(1000),
+        "revoked": key.revoked,
+        "tokens_left": view.tokens_left,
+        "tokens_held": view.tokens_held,
+        "running": view.running,
+        "max_running": view.max_running,
+        "requests_per_minute": rate.and_then(|r| r.requests_per_minute),
+        "tokens_per_minute": rate.and_then(|r| r.tokens_per_minute),
+        "expires_at": policy.expires_at,
+        "models": policy.models,
+    }))
+}
+
+/// How a run ended, as the usage log names it.
+fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Succeeded(_) => "succeeded",
+        Outcome::Failed(_) => "failed",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
 /// The one key of an object.
 fn only_key(s: &mut crate::store::DoStore) -> Result<ApiKey, ApiError> {
     s.keys()?
         .pop()
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "No key with that id."))
+}
+
+/// How a run ended: its outcome, the tokens to charge, and the upstream that ran it
+/// (none where none took it).
+struct Ran {
+    outcome: Outcome,
+    used: u64,
+    upstream: Option<String>,
 }
 
 /// Runs a body upstream to its end. An upstream that goes away is replaced by the
@@ -717,12 +869,20 @@ async fn run_to_end(
     body: &str,
     endpoint: Endpoint,
     signal: &worker::AbortSignal,
-) -> Result<(Outcome, u64), ApiError> {
+) -> Result<Ran, ApiError> {
     let mut last = None;
     for _ in 0..upstreams.len() {
-        match run_once(upstreams, body, endpoint, signal).await {
-            Attempt::Ended(outcome, used) => return Ok((outcome, used)),
-            Attempt::Lost(_, used) if signal.aborted() => return Ok((Outcome::Cancelled, used)),
+        let (attempt, upstream) = run_once(upstreams, body, endpoint, signal).await;
+        let ran = |outcome, used| Ran {
+            outcome,
+            used,
+            upstream,
+        };
+        match attempt {
+            Attempt::Ended(outcome, used) => return Ok(ran(outcome, used)),
+            Attempt::Lost(_, used) if signal.aborted() => {
+                return Ok(ran(Outcome::Cancelled, used));
+            }
             Attempt::Lost(e, _) => last = Some(e),
         }
     }
@@ -737,20 +897,29 @@ enum Attempt {
     Lost(ApiError, u64),
 }
 
+/// One attempt on the upstream a run goes to, and that upstream's URL (none where
+/// no upstream took the run).
 async fn run_once(
     upstreams: &Upstreams,
     body: &str,
     endpoint: Endpoint,
     signal: &worker::AbortSignal,
-) -> Attempt {
-    let (mut stream, _lease): (ByteStream, _) = match upstreams.run(body, endpoint, signal).await {
+) -> (Attempt, Option<String>) {
+    let (stream, lease): (ByteStream, _) = match upstreams.run(body, endpoint, signal).await {
         Ok((mut r, lease)) => match r.stream() {
             Ok(s) => (s, lease),
-            Err(e) => return Attempt::Lost(ApiError::internal(e.to_string()), 0),
+            Err(e) => return (Attempt::Lost(ApiError::internal(e.to_string()), 0), None),
         },
-        Err(e) if e.code == ErrorCode::UpstreamUnavailable => return Attempt::Lost(e, 0),
-        Err(e) => return Attempt::Ended(Outcome::Failed(e), 0),
+        Err(e) if e.code == ErrorCode::UpstreamUnavailable => return (Attempt::Lost(e, 0), None),
+        Err(e) => return (Attempt::Ended(Outcome::Failed(e), 0), None),
     };
+    // The lease counts the run in its upstream's load until the run's events end.
+    let attempt = read_run(stream).await;
+    (attempt, Some(lease.upstream().to_owned()))
+}
+
+/// An upstream run's events to their end.
+async fn read_run(mut stream: ByteStream) -> Attempt {
     let mut parser = EventParser::default();
     let mut used = 0;
     while let Some(bytes) = stream.next().await {
@@ -789,18 +958,27 @@ async fn run_once(
 /// upstream run).
 struct HoldGuard {
     inner: Rc<Inner>,
-    hold_id: String,
+    /// The request, whose id is its Hold's.
+    asked: Asked,
     /// Tokens generated so far, by the upstream's running usage.
     used: u64,
+    /// How the stream ended, for the usage log: `cancelled` until it ends otherwise.
+    outcome: &'static str,
     controller: Option<AbortController>,
     /// The run's place in its upstream's load, given up with the stream.
-    _lease: Lease,
+    lease: Lease,
 }
 
 impl HoldGuard {
+    fn settle(&self) {
+        let upstream = Some(self.lease.upstream().to_owned());
+        self.inner
+            .settle(&self.asked, self.used, upstream, self.outcome);
+    }
+
     fn close(&mut self) {
         if self.controller.take().is_some() {
-            self.inner.settle(&self.hold_id, self.used);
+            self.settle();
         }
     }
 }
@@ -809,7 +987,7 @@ impl Drop for HoldGuard {
     fn drop(&mut self) {
         if let Some(c) = self.controller.take() {
             c.abort();
-            self.inner.settle(&self.hold_id, self.used);
+            self.settle();
         }
     }
 }

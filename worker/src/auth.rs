@@ -42,6 +42,13 @@ pub fn key_id_of(secret: &str) -> Option<String> {
     (id.len() == 12 && hex(id) && tail.len() == 48 && hex(tail)).then(|| format!("key_{id}"))
 }
 
+/// Whether `id` has the shape of the ids [`new_key`] makes (`key_` and 12 hex
+/// digits): the admin routes address no object for any other id.
+pub fn is_key_id(id: &str) -> bool {
+    id.strip_prefix("key_")
+        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Hex digits of the MAC at the end of a key.
 const TAG_HEX: usize = 16;
 
@@ -83,6 +90,22 @@ pub fn is_admin(given: &str, admin: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_edges_key_ids_address_objects() {
+        let (id, secret) = new_key("admin");
+        assert!(is_key_id(&id));
+        assert_eq!(key_id_of(&secret), Some(id));
+        for other in [
+            "directory",
+            "key_",
+            "key_0123456789ab0",
+            "key_0123456789ag",
+            "KEY_0123456789ab",
+        ] {
+            assert!(!is_key_id(other), "{other}");
+        }
+    }
 
     #[test]
     fn a_secret_routes_to_its_key() {

@@ -65,10 +65,12 @@ pub struct Db {
 }
 
 impl Db {
-    /// Opens the object's storage and brings its schema up to date.
-    pub fn open(storage: Storage) -> Result<Db, ApiError> {
+    /// Opens the object's storage and brings its schema up to date: the contract's
+    /// migrations, then the edge's own tables (`CREATE TABLE IF NOT EXISTS`
+    /// statements in `tables`).
+    pub fn open(storage: Storage, tables: &'static [&'static str]) -> Result<Db, ApiError> {
         let db = Db { storage };
-        db.tx(|s| {
+        db.tx(move |s| {
             let conn = s.conn();
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
@@ -88,6 +90,9 @@ impl Db {
                 for statement in m.split(';').filter(|s| !s.trim().is_empty()) {
                     conn.execute(statement, &[])?;
                 }
+            }
+            for table in tables {
+                conn.execute(table, &[])?;
             }
             conn.execute("DELETE FROM schema_version", &[])?;
             conn.execute(

@@ -77,6 +77,15 @@ pub struct Upstreams {
 pub struct Lease {
     running: Rc<[Cell<usize>]>,
     at: usize,
+    /// The upstream's URL, for the key's usage log.
+    url: String,
+}
+
+impl Lease {
+    /// The URL of the upstream that runs this.
+    pub fn upstream(&self) -> &str {
+        &self.url
+    }
 }
 
 impl Drop for Lease {
@@ -143,6 +152,15 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The route, as the usage log names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Jobs => "/v1/completion-jobs",
+        }
+    }
+
     fn header(self) -> &'static str {
         match self {
             Endpoint::Completions => "completions",
@@ -401,6 +419,7 @@ impl Upstreams {
         let lease = Lease {
             running: Rc::clone(&self.running),
             at,
+            url: self.urls[at].clone(),
         };
         if resp.status_code() != 200 {
             return Err(error_of(&mut resp).await);

@@ -721,3 +721,55 @@ def test_the_admin_lists_keys_by_id(cluster):
     for other in ("directory", "key_zz", "key_0123456789abc"):
         r = admin_call(edge, "GET", f"/{other}")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+
+
+def test_a_run_goes_where_all_keys_load_is_least(cluster):
+    """Each key's object counts its own runs; an upstream also reports its load of all
+    keys (x-acs-load), so that another key's run skips the prompt's own upstream when
+    other keys keep it busy. The usage log names the upstream of each run."""
+    edge, ups = cluster
+    ensure_up(ups)
+    prompt = f"[{uuid.uuid4().hex}] Tell me a long story about the sea."
+    body = {"model": "llama-8b", "prompt": prompt, "max_tokens": 4, "logit_bias": NO_EOS}
+
+    def upstream_of(key: str) -> str:
+        r = httpx.post(f"{edge.url}/v1/completions", json=body, headers=auth(key), timeout=120)
+        assert r.status_code == 200, r.text
+        key_id = "key_" + key.split("-")[1]
+        row = admin_call(edge, "GET", f"/{key_id}/usage?limit=1").json()["data"][0]
+        assert row["request_id"] == r.headers["x-request-id"], row
+        return row["upstream"]
+
+    # Idle upstreams: the prompt's own one runs it, for any key.
+    own = upstream_of(edge.new_key(100_000))
+    assert upstream_of(edge.new_key(100_000)) == own
+    # One key keeps the prompt's own upstream busy: its object sends its runs there
+    # until that upstream has AFFINITY_SLACK (4) more than the other, then spreads them.
+    busy = edge.new_key(1_000_000)
+    streams, started = [], threading.Barrier(9)
+    stop = threading.Event()
+
+    def hold_a_stream():
+        with httpx.stream("POST", f"{edge.url}/v1/completions", headers=auth(busy), timeout=300,
+                          json=body | {"max_tokens": 4000, "stream": True}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data: {"))
+            started.wait(timeout=120)
+            stop.wait(timeout=300)
+
+    for _ in range(8):
+        t = threading.Thread(target=hold_a_stream, daemon=True)
+        t.start()
+        streams.append(t)
+    try:
+        started.wait(timeout=120)
+        time.sleep(0.5)  # a step after the last one's first token, for the engines' counts
+        # A key with nothing running anywhere: by its own count the prompt's upstream
+        # is idle, by the upstreams' reports it is the busier.
+        assert upstream_of(edge.new_key(100_000)) != own
+    finally:
+        stop.set()
+        for t in streams:
+            t.join(timeout=60)
+    assert settle_budget(edge, busy)["tokens_held"] == 0

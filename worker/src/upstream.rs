@@ -22,6 +22,9 @@ pub const ENDPOINT_HEADER: &str = "x-acs-endpoint";
 /// prompt cache, prefills in progress) only among runs of one scope, so that one
 /// key's `cached_tokens` never tell of another key's prompts.
 pub const SCOPE_HEADER: &str = "x-acs-cache-scope";
+/// The header in which an upstream reports its load: the requests running and
+/// waiting there, of every key.
+pub const LOAD_HEADER: &str = "x-acs-load";
 
 /// Runs that may go to a prompt's own upstream beyond those of the least busy one:
 /// above that, the run goes to the least busy instead.
@@ -31,6 +34,10 @@ const AFFINITY_SLACK: usize = 4;
 /// model list) before the next one is tried. A run waits as long as it takes: moving
 /// it on could start it twice.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an upstream's report of its load counts: an older one says little of
+/// now, and the upstream counts as loaded by this key's runs alone.
+const REPORT_TTL_MS: i64 = 10_000;
 
 /// How long an upstream that failed (refused, broke off, or did not answer in time)
 /// is tried after the others.
@@ -45,8 +52,9 @@ const COOLDOWN_MS: i64 = 30_000;
 /// that begins like a kept one prefills only the rest, and requests that arrive
 /// together with prompts that begin alike share that beginning's prefill. Distinct
 /// prompts spread over the upstreams, and so do a prompt's runs once its upstream has
-/// [`AFFINITY_SLACK`] more of them running than the least busy (as this key's Durable
-/// Object counts them).
+/// [`AFFINITY_SLACK`] more runs than the least busy. An upstream's runs are what it
+/// reported of all keys' ([`LOAD_HEADER`], on its last answer to this key's object,
+/// if recent) or this key's own running there, whichever is more.
 ///
 /// Upstreams may serve different models: one that answers a request's model with 404
 /// (`model_not_found`) is passed over for the next, and remembered, so that the
@@ -70,6 +78,8 @@ pub struct Upstreams {
     missing: RefCell<HashSet<(usize, String)>>,
     /// Until when (Unix ms) each upstream is tried after the others, since it failed.
     cooling: Rc<[Cell<i64>]>,
+    /// Each upstream's last report of its load, and when it came (Unix ms).
+    reported: Rc<[Cell<(usize, i64)>]>,
 }
 
 /// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
@@ -201,6 +211,7 @@ impl Upstreams {
             .map_err(|_| ApiError::internal("ACS_EDGE_SECRET is not set"))?;
         let running = urls.iter().map(|_| Cell::new(0)).collect();
         let cooling = urls.iter().map(|_| Cell::new(0)).collect();
+        let reported = urls.iter().map(|_| Cell::new((0, 0))).collect();
         Ok(Upstreams {
             urls,
             secret,
@@ -209,6 +220,7 @@ impl Upstreams {
             scope: None,
             missing: RefCell::default(),
             cooling,
+            reported,
         })
     }
 
@@ -235,7 +247,12 @@ impl Upstreams {
             return start % n;
         };
         let own = (hash % n as u64) as usize;
-        let load = |i: usize| self.running[i].get();
+        let now = crate::http::now().0;
+        let load = |i: usize| {
+            let (reported, at) = self.reported[i].get();
+            let fresh = now - at < REPORT_TTL_MS;
+            self.running[i].get().max(if fresh { reported } else { 0 })
+        };
         let least = (0..n).min_by_key(|&i| load(i)).unwrap_or(own);
         if load(own) <= load(least) + AFFINITY_SLACK {
             own
@@ -310,6 +327,10 @@ impl Upstreams {
                 Ok(resp) => {
                     if let Some(m) = &model {
                         self.missing.borrow_mut().remove(&(at, m.clone()));
+                    }
+                    let load = resp.headers().get(LOAD_HEADER).ok().flatten();
+                    if let Some(load) = load.and_then(|v| v.trim().parse().ok()) {
+                        self.reported[at].set((load, crate::http::now().0));
                     }
                     return Ok((resp, at));
                 }

@@ -7,10 +7,13 @@
 //! rules of `/v1/completion-jobs` (activations allowed, no streaming), `chat` by those
 //! of `/v1/chat/completions` (its stream and result are then chat's);
 //! `x-acs-cache-scope` names the edge's key, whose requests alone share their prompts.
+//! Both answers carry [`LOAD_HEADER`], this server's load over every caller, so that
+//! each of the edge's objects, which counts only its own key's runs, picks upstreams
+//! by the load of all keys.
 
 use acs_core::CompletionRequest;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 
 use super::auth::EdgeCaller;
@@ -20,6 +23,26 @@ use super::response::json_response;
 use super::sse::{Audience, sse};
 use super::state::AppState;
 use crate::run::{self, Payer};
+
+/// The header with the requests running and waiting in this server's engines after
+/// their last steps, for every caller together.
+pub const LOAD_HEADER: &str = "x-acs-load";
+
+/// `resp` with this server's load ([`LOAD_HEADER`]).
+fn with_load(state: &AppState, mut resp: Response) -> Response {
+    let load: u64 = state
+        .service
+        .models
+        .iter()
+        .map(|m| {
+            let s = m.engine.stats();
+            s.running + s.waiting
+        })
+        .sum();
+    resp.headers_mut()
+        .insert(LOAD_HEADER, HeaderValue::from(load));
+    resp
+}
 
 /// The request, parsed by the rules of the endpoint the edge names.
 fn parse(
@@ -39,10 +62,11 @@ pub async fn prepare(
 ) -> Result<Response, Failure> {
     let (req, _) = parse(edge, body)?;
     let g = run::prepare(&state.service, req).await?;
-    Ok(json_response(
+    let resp = json_response(
         StatusCode::OK,
         &serde_json::json!({ "hold_tokens": run::hold(&g) }),
-    ))
+    );
+    Ok(with_load(&state, resp))
 }
 
 /// `POST /edge/v1/run`: runs the request without a Budget of its own and streams
@@ -63,5 +87,5 @@ pub async fn run(
     let who = scope.unwrap_or_else(|| acs_core::ids::request_id(crate::random::random()));
     g.scope = state.service.scope(&format!("edge:{who}"));
     let admitted = run::admit_and_run(&state.service, Payer::Edge, &model, g).await?;
-    Ok(sse(admitted, model, audience))
+    Ok(with_load(&state, sse(admitted, model, audience)))
 }

@@ -315,9 +315,12 @@ fn cancel_ends_a_request_at_the_next_step_with_partial_usage() {
     for _ in 0..4 {
         s.step_blocking();
     }
+    assert_eq!(s.stats().running, 1);
     ticket.cancel();
     s.step_blocking();
     assert!(s.is_idle());
+    // The step that only dropped the cancelled request counts it gone.
+    assert_eq!((s.stats().running, s.stats().waiting), (0, 0));
     let f = done(&log);
     assert!(f.cancelled);
     assert!(f.usage.completion_tokens > 0 && f.usage.completion_tokens < 200);

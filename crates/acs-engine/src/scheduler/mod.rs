@@ -239,6 +239,15 @@ impl<B: Backend> Scheduler<B> {
     /// Natively the CPU backend's step is ready at once: [`Scheduler::step_blocking`]
     /// runs it to its end.
     pub async fn step(&mut self) {
+        self.step_inner().await;
+        // Counted after every step, those that end early included: a step that only
+        // drops cancelled requests leaves the scheduler idle, and the counts must say
+        // so (the server reports them as its load).
+        self.stats.running = self.running.len() as u64;
+        self.stats.waiting = self.waiting.len() as u64;
+    }
+
+    async fn step_inner(&mut self) {
         if let Err(e) = self.admit() {
             self.fail_all(ApiError::internal(format!(
                 "branching a kept prompt failed: {e}"
@@ -294,8 +303,6 @@ impl<B: Backend> Scheduler<B> {
         }
         self.note_kv_bytes();
         self.report();
-        self.stats.running = self.running.len() as u64;
-        self.stats.waiting = self.waiting.len() as u64;
     }
 
     /// Ends requests whose ticket was cancelled, reporting what they generated.

@@ -6,6 +6,8 @@
 #   ACS_ADMIN_SECRET  the secret of the /admin routes (required)
 #   ACS_EDGE_DATA     where Durable Object storage lives (default worker/.data)
 #   ACS_RETENTION_SECS, ACS_MAX_BODY_BYTES, ACS_MAX_QUEUED_JOBS as for acs serve
+#   ACS_UPSTREAM_COOLDOWN_MS  how long a failed upstream is tried last (default 30000;
+#                     doubled for each failure in a row)
 # Extra arguments go to `workerd serve`.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,6 +55,7 @@ $modules  ],
     (name = "ACS_RETENTION_SECS", text = $(q "${ACS_RETENTION_SECS:-86400}")),
     (name = "ACS_MAX_BODY_BYTES", text = $(q "${ACS_MAX_BODY_BYTES:-4194304}")),
     (name = "ACS_MAX_QUEUED_JOBS", text = $(q "${ACS_MAX_QUEUED_JOBS:-256}")),
+    (name = "ACS_UPSTREAM_COOLDOWN_MS", text = $(q "${ACS_UPSTREAM_COOLDOWN_MS:-30000}")),
   ],
   durableObjectNamespaces = [(className = "Account", uniqueKey = "acs-accounts", enableSql = true)],
   durableObjectStorage = (localDisk = "storage"),

@@ -93,12 +93,13 @@ class Upstream:
 
 
 class Edge:
-    def __init__(self, tmp: pathlib.Path, upstreams: list[Upstream]):
+    def __init__(self, tmp: pathlib.Path, upstreams: list[Upstream], **settings: str):
         self.port = free_port()
         self.log = tmp / "edge.log"
         self.data = tmp / "edge"
         env = dict(
             os.environ,
+            **settings,
             ACS_UPSTREAMS=",".join(u.url for u in upstreams),
             ACS_EDGE_SECRET=EDGE_SECRET,
             ACS_ADMIN_SECRET=ADMIN_SECRET,
@@ -164,6 +165,23 @@ def ensure_up(ups: list[Upstream]) -> None:
     for u in ups:
         if u.proc is None or u.proc.poll() is not None:
             u.start()
+
+
+def wait_idle(ups: list[Upstream], timeout: float = 60) -> None:
+    """Waits until no upstream has a request running or waiting (runs cancelled by an
+    earlier test end at their upstream's next step), so that their load reports,
+    which steer the edge, start from nothing."""
+    deadline = time.time() + timeout
+    for u in ups:
+        while True:
+            text = httpx.get(f"{u.url}/metrics").text
+            busy = [line for line in text.splitlines()
+                    if line.startswith(("acs_engine_running_requests", "acs_engine_waiting_requests"))
+                    and float(line.rsplit(" ", 1)[1]) > 0]
+            if not busy:
+                break
+            assert time.time() < deadline, busy
+            time.sleep(0.1)
 
 
 def busiest(ups: list[Upstream], window: float = 0.6) -> Upstream:
@@ -729,6 +747,7 @@ def test_a_run_goes_where_all_keys_load_is_least(cluster):
     other keys keep it busy. The usage log names the upstream of each run."""
     edge, ups = cluster
     ensure_up(ups)
+    wait_idle(ups)
     prompt = f"[{uuid.uuid4().hex}] Tell me a long story about the sea."
     body = {"model": "llama-8b", "prompt": prompt, "max_tokens": 4, "logit_bias": NO_EOS}
 
@@ -773,3 +792,66 @@ def test_a_run_goes_where_all_keys_load_is_least(cluster):
         for t in streams:
             t.join(timeout=60)
     assert settle_budget(edge, busy)["tokens_held"] == 0
+    wait_idle(ups)
+
+
+def test_a_failed_upstream_must_pass_its_health_check_before_it_is_used_again():
+    # A cooldown of 1 s (doubled for each failure in a row) runs out many times in
+    # the 20 s below; each time, the hung upstream gets a 1 s health check instead of
+    # a request that would wait 10 s for it.
+    with tempfile.TemporaryDirectory(prefix="acs-edge-probe.") as d:
+        tmp = pathlib.Path(d)
+        hung = Hung()
+        (tmp / "real").mkdir()
+        real = Upstream(tmp / "real")
+        real.start()
+        edge = Edge(tmp, [hung, real], ACS_UPSTREAM_COOLDOWN_MS="1000")
+        try:
+            key = edge.new_key(1_000_000)
+            waits = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                               json={"model": "llama-8b", "prompt": f"Probe prompt {len(waits)} is",
+                                     "max_tokens": 1})
+                assert r.status_code == 200, r.text
+                waits.append(round(time.monotonic() - started, 2))
+                time.sleep(0.3)
+            print(f"seconds per request: {waits}")
+            assert len([w for w in waits if w > 5]) == 1, waits
+        finally:
+            hung.close()
+            for p in (edge.proc, real.proc):
+                if p and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
+def test_an_upstream_that_comes_back_is_used_again(cluster):
+    _, ups = cluster
+    ensure_up(ups)
+    with tempfile.TemporaryDirectory(prefix="acs-edge-back.") as d:
+        edge = Edge(pathlib.Path(d), ups, ACS_UPSTREAM_COOLDOWN_MS="500")
+        try:
+            key = edge.new_key(1_000_000)
+            key_id = "key_" + key.split("-")[1]
+
+            def served_by(prompt: str) -> str:
+                r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                               json={"model": "llama-8b", "prompt": prompt, "max_tokens": 1})
+                assert r.status_code == 200, r.text
+                return admin_call(edge, "GET", f"/{key_id}/usage?limit=1").json()["data"][0]["upstream"]
+
+            wait_idle(ups)
+            prompt = next(p for p in (f"Comeback prompt {i}" for i in range(64)) if served_by(p) == ups[1].url)
+            ups[1].kill()
+            assert served_by(prompt) == ups[0].url
+            ups[1].start()
+            time.sleep(1)
+            # Its cooldown is over and it answers its health check: the prompt's own
+            # upstream serves it again.
+            assert served_by(prompt) == ups[1].url
+        finally:
+            edge.proc.kill()
+            edge.proc.wait()

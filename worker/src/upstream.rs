@@ -39,9 +39,18 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// now, and the upstream counts as loaded by this key's runs alone.
 const REPORT_TTL_MS: i64 = 10_000;
 
-/// How long an upstream that failed (refused, broke off, or did not answer in time)
-/// is tried after the others.
+/// How long an upstream that failed once (refused, broke off, did not answer in time,
+/// or failed its health check) is tried after the others, unless
+/// `ACS_UPSTREAM_COOLDOWN_MS` says otherwise; each failure in a row doubles it, up to
+/// [`MAX_COOLDOWN_MS`].
 const COOLDOWN_MS: i64 = 30_000;
+
+/// The longest an upstream is tried after the others, however often it failed.
+const MAX_COOLDOWN_MS: i64 = 10 * 60_000;
+
+/// How long an upstream that failed has to answer its health check (`GET /health`)
+/// before a request is sent to it again.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The upstreams of this edge, from the `ACS_UPSTREAMS` variable (URLs separated by
 /// commas or spaces) and the `ACS_EDGE_SECRET` secret.
@@ -60,8 +69,12 @@ const COOLDOWN_MS: i64 = 30_000;
 /// (`model_not_found`) is passed over for the next, and remembered, so that the
 /// model's later requests try the upstreams that serve it first.
 ///
-/// An upstream that fails is tried after the others for [`COOLDOWN_MS`], so that one
-/// that is down or hangs costs one request its wait, not every request.
+/// An upstream that fails is tried after the others for [`COOLDOWN_MS`], twice that
+/// after a second failure in a row, and so on, so that one that is down or hangs
+/// costs one request its wait, not every request. Before a request goes to an
+/// upstream whose last attempt failed, the upstream must answer its health check
+/// within [`PROBE_TIMEOUT`]; one that does not has failed again. Any answer clears
+/// its failures.
 #[derive(Debug)]
 pub struct Upstreams {
     urls: Vec<String>,
@@ -80,6 +93,10 @@ pub struct Upstreams {
     cooling: Rc<[Cell<i64>]>,
     /// Each upstream's last report of its load, and when it came (Unix ms).
     reported: Rc<[Cell<(usize, i64)>]>,
+    /// Each upstream's failures since its last answer.
+    failures: Rc<[Cell<u32>]>,
+    /// The cooldown after one failure (ms).
+    cooldown_ms: i64,
 }
 
 /// A run's place on an upstream: counted in [`Upstreams`]' load until dropped.
@@ -133,6 +150,15 @@ async fn within(
             limit.as_secs()
         ))),
     }
+}
+
+/// The cooldown after the `n`th failure in a row: `base`, doubled for each failure
+/// before, at most [`MAX_COOLDOWN_MS`].
+fn cooldown(base: i64, n: u32) -> i64 {
+    let doublings = n.saturating_sub(1).min(20);
+    base.max(0)
+        .saturating_mul(1 << doublings)
+        .min(MAX_COOLDOWN_MS)
 }
 
 /// The `model` a request body names, if it is JSON that names one.
@@ -212,6 +238,12 @@ impl Upstreams {
         let running = urls.iter().map(|_| Cell::new(0)).collect();
         let cooling = urls.iter().map(|_| Cell::new(0)).collect();
         let reported = urls.iter().map(|_| Cell::new((0, 0))).collect();
+        let failures = urls.iter().map(|_| Cell::new(0)).collect();
+        let cooldown_ms = env
+            .var("ACS_UPSTREAM_COOLDOWN_MS")
+            .ok()
+            .and_then(|v| v.to_string().trim().parse().ok())
+            .unwrap_or(COOLDOWN_MS);
         Ok(Upstreams {
             urls,
             secret,
@@ -221,6 +253,8 @@ impl Upstreams {
             missing: RefCell::default(),
             cooling,
             reported,
+            failures,
+            cooldown_ms,
         })
     }
 
@@ -235,6 +269,31 @@ impl Upstreams {
     /// How many upstreams there are.
     pub fn len(&self) -> usize {
         self.urls.len()
+    }
+
+    /// Notes a failure of upstream `at`: it is tried after the others for the
+    /// cooldown, doubled for each failure before this one since its last answer.
+    fn failed(&self, at: usize) {
+        let n = self.failures[at].get().saturating_add(1);
+        self.failures[at].set(n);
+        let wait = cooldown(self.cooldown_ms, n);
+        self.cooling[at].set(crate::http::now().0 + wait);
+    }
+
+    /// Notes an answer of upstream `at`: its failures are over.
+    fn answered(&self, at: usize) {
+        self.failures[at].set(0);
+        self.cooling[at].set(0);
+    }
+
+    /// Whether upstream `at` answers `GET /health` with 200 within [`PROBE_TIMEOUT`].
+    async fn healthy(&self, at: usize) -> bool {
+        let url = format!("{}/health", self.urls[at]);
+        let Ok(req) = Request::new(&url, Method::Get) else {
+            return false;
+        };
+        let answer = within(PROBE_TIMEOUT, Fetch::Request(req).send()).await;
+        answer.is_ok_and(|r| r.status_code() == 200)
     }
 
     /// The upstream a request goes to first: its prompts' own (see [`Upstreams`]),
@@ -292,6 +351,11 @@ impl Upstreams {
         let mut not_served = None;
         for at in order {
             let base = &self.urls[at];
+            if self.failures[at].get() > 0 && !self.healthy(at).await {
+                self.failed(at);
+                last = format!("{base}: no answer to its health check");
+                continue;
+            }
             let headers = Headers::new();
             let set = |k: &str, v: &str| {
                 headers
@@ -319,12 +383,14 @@ impl Upstreams {
             match sent {
                 // A body's only 404 is its model's: another upstream may serve it.
                 Ok(resp) if resp.status_code() == 404 && model.is_some() => {
+                    self.answered(at);
                     if let Some(m) = &model {
                         self.missing.borrow_mut().insert((at, m.clone()));
                     }
                     not_served = Some((resp, at));
                 }
                 Ok(resp) => {
+                    self.answered(at);
                     if let Some(m) = &model {
                         self.missing.borrow_mut().remove(&(at, m.clone()));
                     }
@@ -338,7 +404,7 @@ impl Upstreams {
                     if run.is_some_and(AbortSignal::aborted) {
                         return Err(unavailable("the request was cancelled"));
                     }
-                    self.cooling[at].set(crate::http::now().0 + COOLDOWN_MS);
+                    self.failed(at);
                     worker::console_warn!("upstream {base} failed: {e}");
                     last = format!("{base}: {e}");
                 }
@@ -567,6 +633,16 @@ fn parse_event(block: &[u8]) -> Result<Option<RunEvent>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_failure_in_a_row_doubles_the_cooldown_up_to_its_cap() {
+        assert_eq!(cooldown(30_000, 1), 30_000);
+        assert_eq!(cooldown(30_000, 2), 60_000);
+        assert_eq!(cooldown(30_000, 3), 120_000);
+        assert_eq!(cooldown(30_000, 6), MAX_COOLDOWN_MS);
+        assert_eq!(cooldown(30_000, u32::MAX), MAX_COOLDOWN_MS);
+        assert_eq!(cooldown(-5, 3), 0);
+    }
 
     /// The same events whether the stream arrives whole or a byte at a time, a big
     /// event and an event end split over two pieces included.

@@ -8,6 +8,7 @@
 #   ACS_RETENTION_SECS, ACS_MAX_BODY_BYTES, ACS_MAX_QUEUED_JOBS as for acs serve
 #   ACS_UPSTREAM_COOLDOWN_MS  how long a failed upstream is tried last (default 30000;
 #                     doubled for each failure in a row)
+#   ACS_JOBS_PER_ALARM  jobs one alarm invocation starts before it hands on (default 1000)
 # Extra arguments go to `workerd serve`.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,6 +57,7 @@ $modules  ],
     (name = "ACS_MAX_BODY_BYTES", text = $(q "${ACS_MAX_BODY_BYTES:-4194304}")),
     (name = "ACS_MAX_QUEUED_JOBS", text = $(q "${ACS_MAX_QUEUED_JOBS:-256}")),
     (name = "ACS_UPSTREAM_COOLDOWN_MS", text = $(q "${ACS_UPSTREAM_COOLDOWN_MS:-30000}")),
+    (name = "ACS_JOBS_PER_ALARM", text = $(q "${ACS_JOBS_PER_ALARM:-1000}")),
   ],
   durableObjectNamespaces = [(className = "Account", uniqueKey = "acs-accounts", enableSql = true)],
   durableObjectStorage = (localDisk = "storage"),

@@ -855,3 +855,52 @@ def test_an_upstream_that_comes_back_is_used_again(cluster):
         finally:
             edge.proc.kill()
             edge.proc.wait()
+
+
+def test_a_job_too_big_to_store_at_the_edge_is_refused_whole(cluster):
+    # A Durable Object's SQLite stores no row over 2 MB, and a job is one row: the edge
+    # refuses a body over 1 MiB before it takes an idempotency key, a Hold or a row.
+    edge, ups = cluster
+    ensure_up(ups)
+    key = edge.new_key(10_000_000)
+    big = {"model": "llama-8b", "prompt": ["x" * 600_000, "y" * 600_000], "max_tokens": 1}
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key) | {"idempotency-key": "big-1"},
+                   json=big, timeout=60)
+    assert r.status_code == 413, r.text
+    err = r.json()["error"]
+    assert err["code"] == "request_too_large" and "1048576" in err["message"], err
+    assert httpx.get(f"{edge.url}/v1/completion-jobs", headers=auth(key)).json()["data"] == []
+    b = budget(edge, key)
+    assert b["tokens_left"] == 10_000_000 and b["tokens_held"] == 0
+    # The idempotency key was not taken: a body that fits may use it.
+    r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key) | {"idempotency-key": "big-1"},
+                   json={"model": "llama-8b", "prompt": "x", "max_tokens": 1})
+    assert r.status_code == 202, r.text
+
+
+def test_jobs_past_one_alarms_share_run_in_the_next(cluster):
+    # Each alarm invocation starts ACS_JOBS_PER_ALARM jobs at most (Cloudflare counts
+    # an invocation's subrequests), then hands the queue on to a fresh invocation.
+    _, ups = cluster
+    ensure_up(ups)
+    with tempfile.TemporaryDirectory(prefix="acs-edge-alarm.") as d:
+        edge = Edge(pathlib.Path(d), ups, ACS_JOBS_PER_ALARM="2")
+        try:
+            key = edge.new_key(1_000_000)
+            ids = []
+            for i in range(5):
+                r = httpx.post(f"{edge.url}/v1/completion-jobs", headers=auth(key),
+                               json={"model": "llama-8b", "prompt": f"Alarm job {i}", "max_tokens": 2})
+                assert r.status_code == 202, r.text
+                ids.append(r.json()["id"])
+            deadline = time.time() + 120
+            for job in ids:
+                while (j := httpx.get(f"{edge.url}/v1/completion-jobs/{job}", headers=auth(key)).json())[
+                        "status"] in ("queued", "running"):
+                    assert time.time() < deadline, j
+                    time.sleep(0.1)
+                assert j["status"] == "succeeded", j
+            assert settle_budget(edge, key)["tokens_held"] == 0
+        finally:
+            edge.proc.kill()
+            edge.proc.wait()

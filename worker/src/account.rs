@@ -35,6 +35,16 @@ use crate::store::Db;
 use crate::upstream::{Endpoint, EventParser, Lease, RunEvent, Upstreams};
 use crate::usage_log::{self, Asked, Entry};
 
+/// The most bytes of a job's body (its canonical JSON) the edge keeps: a job is
+/// stored whole in one row, and a Durable Object's SQLite stores no row over 2 MB.
+const MAX_JOB_BODY_BYTES: usize = 1 << 20;
+
+/// Jobs one alarm invocation starts at most, unless `ACS_JOBS_PER_ALARM` says
+/// otherwise: Cloudflare counts an invocation's subrequests (10,000 on Workers
+/// Paid), and a start makes two (the Hold's prepare and the run). Past it, the
+/// invocation lets its jobs finish and hands the queue on to a fresh one.
+const JOBS_PER_ALARM: u64 = 1000;
+
 /// How often the alarm looks for queued jobs that may start while jobs run.
 const TICK: Duration = Duration::from_millis(200);
 
@@ -103,6 +113,8 @@ struct Inner {
     max_body_bytes: usize,
     /// Most jobs the key may have queued (`ACS_MAX_QUEUED_JOBS`).
     max_queued_jobs: u64,
+    /// Most jobs one alarm invocation starts (`ACS_JOBS_PER_ALARM`).
+    jobs_per_alarm: u64,
     /// Whether this instance has recovered what an earlier one left.
     booted: Cell<bool>,
     /// Whether an alarm handler is driving jobs now.
@@ -133,6 +145,7 @@ impl DurableObject for Account {
                 retention_ms: i64::try_from(retention_ms).unwrap_or(i64::MAX),
                 max_body_bytes: env_number(&env, "ACS_MAX_BODY_BYTES", 4 << 20) as usize,
                 max_queued_jobs: env_number(&env, "ACS_MAX_QUEUED_JOBS", jobs::MAX_QUEUED_JOBS),
+                jobs_per_alarm: env_number(&env, "ACS_JOBS_PER_ALARM", JOBS_PER_ALARM).max(1),
                 booted: Cell::new(false),
                 driving: Cell::new(false),
                 running: RefCell::default(),
@@ -164,8 +177,12 @@ impl DurableObject for Account {
         if let Err(e) = inner.boot().await {
             worker::console_error!("recovery failed: {e}");
         }
-        Rc::clone(&inner).drive().await;
+        let more = Rc::clone(&inner).drive().await;
         inner.purge_and_plan().await;
+        if more {
+            // Queued jobs this invocation may not start: a fresh invocation will.
+            inner.wake().await;
+        }
         Response::ok("")
     }
 }
@@ -629,6 +646,17 @@ impl Inner {
         let parsed = CompletionRequest::from_value(&value, RequestEndpoint::Jobs)?;
         policy.check_model(&parsed.model)?;
         let canonical = canonical_json(&value);
+        if canonical.len() > MAX_JOB_BODY_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::RequestTooLarge,
+                format!(
+                    "A job's body may be at most {MAX_JOB_BODY_BYTES} bytes at the edge (it is \
+                     stored whole, and a Durable Object stores no row over 2 MB); this one is \
+                     {} bytes. Send its prompts in several jobs.",
+                    canonical.len()
+                ),
+            ));
+        }
         let digest = body_digest(&canonical);
         let (t, retention) = (now(), self.retention_ms);
         let (key_id, idem2) = (key.id.clone(), idem.clone());
@@ -677,12 +705,15 @@ impl Inner {
     }
 
     /// The alarm's work: start queued jobs as they fit, until none is queued or
-    /// running in this instance.
-    async fn drive(self: Rc<Self>) {
+    /// running in this instance, or until this invocation has started its
+    /// [`JOBS_PER_ALARM`] and those have ended. Returns whether jobs are left queued
+    /// for a fresh invocation.
+    async fn drive(self: Rc<Self>) -> bool {
         if self.driving.replace(true) {
-            return;
+            return false;
         }
-        loop {
+        let mut started = 0;
+        let more = loop {
             let queued = match self.db.tx(|s| Ok(s.jobs_with_status(JobStatus::Queued)?)) {
                 Ok(q) => q,
                 Err(e) => {
@@ -691,22 +722,30 @@ impl Inner {
                 }
             };
             for job in &queued {
-                Rc::clone(&self).try_start(job.clone()).await;
+                if started >= self.jobs_per_alarm {
+                    break;
+                }
+                if Rc::clone(&self).try_start(job.clone()).await {
+                    started += 1;
+                }
             }
             let still_queued = self
                 .db
                 .tx(|s| Ok(!s.jobs_with_status(JobStatus::Queued)?.is_empty()))
                 .unwrap_or(false);
-            if self.running.borrow().is_empty() && !still_queued {
-                break;
+            if self.running.borrow().is_empty() && (!still_queued || started >= self.jobs_per_alarm)
+            {
+                break still_queued;
             }
             Delay::from(TICK).await;
-        }
+        };
         self.driving.set(false);
+        more
     }
 
-    /// Starts one queued job if its Hold and the traffic limits fit now.
-    async fn try_start(self: Rc<Self>, job: Job) {
+    /// Starts one queued job if its Hold and the traffic limits fit now; returns
+    /// whether it started.
+    async fn try_start(self: Rc<Self>, job: Job) -> bool {
         let cached = self.holds.borrow().get(&job.id).copied();
         let hold = match cached {
             Some(h) => h,
@@ -716,14 +755,14 @@ impl Inner {
                     h
                 }
                 // No upstream now: try again on the next tick.
-                Err(e) if e.code == ErrorCode::UpstreamUnavailable => return,
+                Err(e) if e.code == ErrorCode::UpstreamUnavailable => return false,
                 Err(e) => {
                     // The request became impossible (another model is served now).
                     let (t, retention) = (now(), self.retention_ms);
                     let _ = self
                         .db
                         .tx(move |s| jobs::fail_queued(s, job, e, t, retention));
-                    return;
+                    return false;
                 }
             },
         };
@@ -735,12 +774,17 @@ impl Inner {
                 let signal = controller.signal();
                 self.running.borrow_mut().insert(job.id, controller);
                 wasm_bindgen_futures::spawn_local(Rc::clone(&self).run_job(job, signal));
+                true
             }
             Ok(Start::Failed(job)) => {
                 self.holds.borrow_mut().remove(&job.id);
+                false
             }
-            Ok(Start::Waiting(_)) => {}
-            Err(e) => worker::console_error!("starting job {id}: {e}"),
+            Ok(Start::Waiting(_)) => false,
+            Err(e) => {
+                worker::console_error!("starting job {id}: {e}");
+                false
+            }
         }
     }
 

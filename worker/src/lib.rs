@@ -14,6 +14,7 @@ mod directory;
 mod http;
 mod objects;
 mod policy;
+mod run;
 mod store;
 mod upstream;
 mod usage_log;

@@ -9,6 +9,7 @@ built worker (worker/build.sh). tests/edge/run.sh sets them up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -567,34 +568,41 @@ class Hung:
             c.close()
 
 
-def test_an_upstream_that_hangs_costs_one_request_its_wait():
-    # Without a deadline per attempt, a request whose prompt maps to the hung upstream
-    # would wait for it forever; with one it moves on after 10 s, and the hung upstream
-    # is tried last for a while after, so the requests after it do not wait.
-    with tempfile.TemporaryDirectory(prefix="acs-edge-hung.") as d:
+@contextlib.contextmanager
+def hung_beside_real(prefix: str, **settings: str):
+    """An edge over a hung upstream and a real one: yields the edge, and stops all."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
         tmp = pathlib.Path(d)
         hung = Hung()
         (tmp / "real").mkdir()
         real = Upstream(tmp / "real")
         real.start()
-        edge = Edge(tmp, [hung, real])
+        edge = Edge(tmp, [hung, real], **settings)
         try:
-            key = edge.new_key(1_000_000)
-            started = time.monotonic()
-            for i in range(8):
-                r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
-                               json={"model": "llama-8b", "prompt": f"Prompt number {i} is", "max_tokens": 1})
-                assert r.status_code == 200, r.text
-            elapsed = time.monotonic() - started
-            print(f"8 requests with one upstream hung: {elapsed:.1f} s")
-            assert elapsed < 25, elapsed
-            assert settle_budget(edge, key)["tokens_held"] == 0
+            yield edge
         finally:
             hung.close()
             for p in (edge.proc, real.proc):
                 if p and p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+def test_an_upstream_that_hangs_costs_one_request_its_wait():
+    # Without a deadline per attempt, a request whose prompt maps to the hung upstream
+    # would wait for it forever; with one it moves on after 10 s, and the hung upstream
+    # is tried last for a while after, so the requests after it do not wait.
+    with hung_beside_real("acs-edge-hung.") as edge:
+        key = edge.new_key(1_000_000)
+        started = time.monotonic()
+        for i in range(8):
+            r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                           json={"model": "llama-8b", "prompt": f"Prompt number {i} is", "max_tokens": 1})
+            assert r.status_code == 200, r.text
+        elapsed = time.monotonic() - started
+        print(f"8 requests with one upstream hung: {elapsed:.1f} s")
+        assert elapsed < 25, elapsed
+        assert settle_budget(edge, key)["tokens_held"] == 0
 
 
 def admin_call(edge: Edge, method: str, path: str, **kw) -> httpx.Response:
@@ -799,33 +807,20 @@ def test_a_failed_upstream_must_pass_its_health_check_before_it_is_used_again():
     # A cooldown of 1 s (doubled for each failure in a row) runs out many times in
     # the 20 s below; each time, the hung upstream gets a 1 s health check instead of
     # a request that would wait 10 s for it.
-    with tempfile.TemporaryDirectory(prefix="acs-edge-probe.") as d:
-        tmp = pathlib.Path(d)
-        hung = Hung()
-        (tmp / "real").mkdir()
-        real = Upstream(tmp / "real")
-        real.start()
-        edge = Edge(tmp, [hung, real], ACS_UPSTREAM_COOLDOWN_MS="1000")
-        try:
-            key = edge.new_key(1_000_000)
-            waits = []
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
-                               json={"model": "llama-8b", "prompt": f"Probe prompt {len(waits)} is",
-                                     "max_tokens": 1})
-                assert r.status_code == 200, r.text
-                waits.append(round(time.monotonic() - started, 2))
-                time.sleep(0.3)
-            print(f"seconds per request: {waits}")
-            assert len([w for w in waits if w > 5]) == 1, waits
-        finally:
-            hung.close()
-            for p in (edge.proc, real.proc):
-                if p and p.poll() is None:
-                    p.kill()
-                    p.wait()
+    with hung_beside_real("acs-edge-probe.", ACS_UPSTREAM_COOLDOWN_MS="1000") as edge:
+        key = edge.new_key(1_000_000)
+        waits = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            r = httpx.post(f"{edge.url}/v1/completions", headers=auth(key), timeout=60,
+                           json={"model": "llama-8b", "prompt": f"Probe prompt {len(waits)} is",
+                                 "max_tokens": 1})
+            assert r.status_code == 200, r.text
+            waits.append(round(time.monotonic() - started, 2))
+            time.sleep(0.3)
+        print(f"seconds per request: {waits}")
+        assert len([w for w in waits if w > 5]) == 1, waits
 
 
 def test_an_upstream_that_comes_back_is_used_again(cluster):

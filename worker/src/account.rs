@@ -365,10 +365,14 @@ impl Inner {
             "directory-list" => {
                 let q: PageQuery = serde_json::from_slice(&body).map_err(bad)?;
                 let (data, has_more) = self.db.tx(move |s| directory::page(s, &q))?;
-                Ok(json(
-                    200,
-                    &serde_json::json!({ "object": "list", "data": data, "has_more": has_more }),
-                ))
+                let list = acs_core::response::List {
+                    object: "list".into(),
+                    first_id: data.first().map(|k| k.id.clone()),
+                    last_id: data.last().map(|k| k.id.clone()),
+                    data,
+                    has_more,
+                };
+                Ok(json(200, &list))
             }
             "usage" => {
                 let q: UsageQuery = serde_json::from_slice(&body).map_err(bad)?;
@@ -492,34 +496,29 @@ impl Inner {
         endpoint: Endpoint,
     ) -> Result<Response, ApiError> {
         let signal = AbortController::default().signal();
-        let ended = run_to_end(&self.upstreams, body, endpoint, &signal).await;
-        match ended {
-            Ok(Ran {
-                outcome: Outcome::Succeeded(c),
-                used,
-                upstream,
-            }) => {
-                self.settle(asked, used, upstream, "succeeded");
-                Ok(json(200, &c))
-            }
-            Ok(Ran {
-                outcome: Outcome::Failed(e),
-                upstream,
-                ..
-            }) => {
-                self.settle(asked, 0, upstream, "failed");
-                Err(e)
-            }
+        let Ran {
+            outcome,
+            used,
+            upstream,
+        } = match run_to_end(&self.upstreams, body, endpoint, &signal).await {
+            Ok(ran) => ran,
             Err(e) => {
                 self.settle(asked, 0, None, "failed");
+                return Err(e);
+            }
+        };
+        let name = outcome_name(&outcome);
+        match outcome {
+            Outcome::Succeeded(c) => {
+                self.settle(asked, used, upstream, name);
+                Ok(json(200, &c))
+            }
+            Outcome::Failed(e) => {
+                self.settle(asked, 0, upstream, name);
                 Err(e)
             }
-            Ok(Ran {
-                outcome: Outcome::Cancelled,
-                used,
-                upstream,
-            }) => {
-                self.settle(asked, used, upstream, "cancelled");
+            Outcome::Cancelled => {
+                self.settle(asked, used, upstream, name);
                 Err(ApiError::internal("the run stopped"))
             }
         }

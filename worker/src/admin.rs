@@ -10,6 +10,7 @@
 //!   `null` lifting that limit).
 //! - `GET /admin/keys/{id}/usage?limit=N`: the newest rows of the key's usage log.
 
+use acs_core::response::page_limit;
 use acs_core::{ApiError, ErrorCode};
 use worker::{Env, Method, Request, Response};
 
@@ -67,7 +68,13 @@ pub async fn route(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Respon
         return Err(ApiError::new(ErrorCode::NotFound, "No key with that id."));
     }
     match rest {
-        [] if req.method() == Method::Get => list(req, env).await,
+        [] if req.method() == Method::Get => {
+            let q = query(req)?;
+            let limit = page_limit(param(&q, "limit"), 100, directory::MAX_LIMIT)?;
+            let after = param(&q, "after").map(str::to_owned);
+            let page = PageQuery { limit, after };
+            call(env, directory::NAME, "directory-list", &page).await
+        }
         [] => {
             let c: CreateKey = serde_json::from_slice(&body).map_err(bad)?;
             create(env, &admin, c).await
@@ -83,7 +90,7 @@ pub async fn route(req: &mut Request, env: &Env, rest: &[&str]) -> Result<Respon
             call(env, id, "policy", &change).await
         }
         [id, "usage"] => {
-            let limit = query_number(req, "limit", usage_log::MAX_LIMIT)?.unwrap_or(100);
+            let limit = page_limit(param(&query(req)?, "limit"), 100, usage_log::MAX_LIMIT)?;
             call(env, id, "usage", &UsageQuery { limit }).await
         }
         _ => Err(ApiError::new(
@@ -140,34 +147,16 @@ async fn create(env: &Env, admin: &str, c: CreateKey) -> Result<Response, ApiErr
     ))
 }
 
-/// `GET /admin/keys?limit=N&after=ID`: a page of the keys, by id.
-async fn list(req: &Request, env: &Env) -> Result<Response, ApiError> {
-    let limit = query_number(req, "limit", directory::MAX_LIMIT)?.unwrap_or(100);
+/// The request's query parameters, in order.
+fn query(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
     let url = req.url().map_err(|e| ApiError::internal(e.to_string()))?;
-    let after = url
-        .query_pairs()
-        .find(|(k, _)| k == "after")
-        .map(|(_, v)| v.into_owned());
-    call(
-        env,
-        directory::NAME,
-        "directory-list",
-        &PageQuery { limit, after },
-    )
-    .await
+    Ok(url.query_pairs().into_owned().collect())
 }
 
-/// The query parameter `name` as a number from 1 to `max`, if given.
-fn query_number(req: &Request, name: &str, max: usize) -> Result<Option<usize>, ApiError> {
-    let url = req.url().map_err(|e| ApiError::internal(e.to_string()))?;
-    let Some((_, v)) = url.query_pairs().find(|(k, _)| k == name) else {
-        return Ok(None);
-    };
-    v.parse::<usize>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .map(Some)
-        .ok_or_else(|| {
-            ApiError::invalid_value(name, format!("{name} is a whole number from 1 to {max}."))
-        })
+/// The first value of query parameter `name`, if given.
+fn param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str> {
+    query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }

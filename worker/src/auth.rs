@@ -38,15 +38,18 @@ pub fn bearer(req: &Request) -> Result<String, ApiError> {
 pub fn key_id_of(secret: &str) -> Option<String> {
     let rest = secret.strip_prefix("acs-")?;
     let (id, tail) = rest.split_once('-')?;
-    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
-    (id.len() == 12 && hex(id) && tail.len() == 48 && hex(tail)).then(|| format!("key_{id}"))
+    (hex_digits(id, 12) && hex_digits(tail, 48)).then(|| format!("key_{id}"))
 }
 
 /// Whether `id` has the shape of the ids [`new_key`] makes (`key_` and 12 hex
 /// digits): the admin routes address no object for any other id.
 pub fn is_key_id(id: &str) -> bool {
-    id.strip_prefix("key_")
-        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    id.strip_prefix("key_").is_some_and(|h| hex_digits(h, 12))
+}
+
+/// Whether `s` is `n` hex digits.
+fn hex_digits(s: &str, n: usize) -> bool {
+    s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Hex digits of the MAC at the end of a key.

@@ -10,7 +10,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::ids::JobId;
 use crate::job::{Job, JobObject, JobResult, JobStatus, Outcome};
 use crate::ledger::{self, Settlement};
-use crate::response::List;
+use crate::response::{List, page_limit};
 use crate::store::{IdempotencyRecord, IdempotencyState, Store};
 
 /// How long results and idempotency keys are kept unless configured otherwise.
@@ -431,16 +431,7 @@ pub fn list<S: Store>(
     after: Option<&str>,
     now: Timestamp,
 ) -> Result<List<JobObject>, ApiError> {
-    let limit = match limit {
-        None => DEFAULT_PAGE,
-        Some(s) => s
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid_value("limit", format!("limit is from 1 to {MAX_PAGE}."))
-            })?,
-    };
+    let limit = page_limit(limit, DEFAULT_PAGE, MAX_PAGE)?;
     let after = after
         .map(|a| {
             a.parse::<JobId>()

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ApiError;
 use crate::request::Positions;
 
 /// Why a choice ended.
@@ -216,6 +217,18 @@ pub struct List<T> {
     pub last_id: Option<String>,
     /// Whether more items follow.
     pub has_more: bool,
+}
+
+/// A page's `limit` query parameter: `default` when absent, else a whole number from
+/// 1 to `max` (400 `invalid_value` otherwise).
+pub fn page_limit(limit: Option<&str>, default: usize, max: usize) -> Result<usize, ApiError> {
+    let Some(text) = limit else {
+        return Ok(default);
+    };
+    text.parse::<usize>()
+        .ok()
+        .filter(|l| (1..=max).contains(l))
+        .ok_or_else(|| ApiError::invalid_value("limit", format!("limit is from 1 to {max}.")))
 }
 
 #[cfg(test)]

@@ -27,10 +27,13 @@ export class AcsBrowser {
    * Starts the worker and loads a model: `url` (fetched with progress, then kept in
    * the Cache API) or `file` (a File the user picked). `backend`: "auto" (WebGPU
    * on a hardware GPU, else the CPU), "webgpu" (software adapters too) or "cpu". `budget`: {tokens,
-   * maxRunning} to hold and charge requests as a server does. Resolves once loaded,
-   * with `info` = {backend, models, loadMs, fromCache, bytes}.
+   * maxRunning} to hold and charge requests as a server does. `threads`: the CPU
+   * backend's threads (default: the device's cores, at most 8); more than one needs a
+   * cross-origin isolated page (COOP and COEP headers) and web/pkg-threads, else the
+   * engine runs on one. Resolves once loaded, with `info` = {backend, models, loadMs,
+   * fromCache, bytes, threads, sharedMemory}.
    */
-  static async start({ url, file, backend = "auto", budget, modelId, persist = true, onProgress,
+  static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, onProgress,
                        workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
     const acs = new AcsBrowser();
     acs.#worker = new Worker(workerUrl, { type: "module" });
@@ -42,7 +45,7 @@ export class AcsBrowser {
         else if (m.type === "error") reject(new AcsError(m.error));
       };
       acs.#worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
-      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist });
+      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads });
     });
     acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
     return acs;

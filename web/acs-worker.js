@@ -1,11 +1,12 @@
 // The engine's dedicated Web Worker: it owns the GPU device and the model, so the page
 // never stalls while a batch steps. The page talks to it by messages (acs-client.js):
 //
-//   page → worker  {type:"load", url | file, backend, budget, modelId}
+//   page → worker  {type:"load", url | file, backend, budget, modelId, threads}
 //                  {type:"call", id, method, args}      {type:"abort", id}
 //   worker → page  {type:"progress", phase: "download" | "load", loaded, total,
 //                   tensors, tensorsTotal, fromCache}
-//                  {type:"loaded", backend, models, loadMs, fromCache, bytes, wasmMemory}
+//                  {type:"loaded", backend, models, loadMs, fromCache, bytes, wasmMemory,
+//                   threads, sharedMemory}
 //                  {type:"chunk", id, chunk}  {type:"result", id, value}
 //                  {type:"error", id?, error:{name, message, status, body}}
 //
@@ -13,9 +14,17 @@
 // arrive; it is cached with the Cache API (a reload reads it from there), and the
 // store of jobs and Budget is kept in IndexedDB after every change (a reload finds
 // its jobs; queued and interrupted ones run again).
-import init, { Acs } from "./pkg/acs_web.js";
+//
+// The engine is one of two builds of the package: web/pkg-threads, whose CPU backend
+// runs its loops on a team of helper workers (acs-team.js) over shared memory, where
+// the page is cross-origin isolated (browsers lend shared memory to no other page);
+// else web/pkg, on this one thread.
 
 const MODEL_CACHE = "acs-models-v1";
+// The default of threads: the device's cores, at most this many (a token's weights
+// stream from memory, which a few cores already keep busy).
+const MAX_DEFAULT_THREADS = 8;
+let Acs = null;
 let acs = null;
 const aborts = new Map();
 
@@ -143,9 +152,57 @@ function idbPut(key, value) {
   return saving;
 }
 
+// Starts `n` helper threads on the threaded package (`url`), and resolves to how many
+// joined the team. One that fails is only a thread fewer: the engine's own thread
+// claims every loop's tasks too.
+function startHelpers(pkg, url, n) {
+  const { module, memory } = pkg.helperImports();
+  const joined = [];
+  for (let i = 0; i < n; i++) {
+    const helper = new Worker(new URL("./acs-team.js", import.meta.url), { type: "module", name: `acs-team-${i + 1}` });
+    joined.push(new Promise((resolve) => {
+      helper.onmessage = ({ data }) => {
+        if (data.type !== "joined") console.warn("an ACS helper thread failed:", data.message);
+        resolve(data.type === "joined");
+      };
+      helper.onerror = (e) => {
+        console.warn("an ACS helper thread failed:", e.message);
+        resolve(false);
+      };
+    }));
+    helper.postMessage({ pkg: url, module, memory });
+  }
+  return Promise.all(joined).then((ok) => ok.filter(Boolean).length);
+}
+
+// Loads the engine's package: web/pkg-threads with `wanted` threads (default: the
+// cores, at most MAX_DEFAULT_THREADS) where the page is cross-origin isolated, else
+// web/pkg. Resolves to the package and its wasm exports.
+async function engine(wanted) {
+  const threads = wanted || Math.min(navigator.hardwareConcurrency || 1, MAX_DEFAULT_THREADS);
+  if (threads > 1 && self.crossOriginIsolated) {
+    try {
+      const url = new URL("./pkg-threads/acs_web.js", import.meta.url).href;
+      const pkg = await import(url);
+      const wasm = await pkg.default();
+      pkg.planHelpers(threads - 1);
+      const joined = await startHelpers(pkg, url, threads - 1);
+      if (joined < threads - 1) console.warn(`${joined} of ${threads - 1} ACS helper threads started`);
+      return { pkg, wasm };
+    } catch (e) {
+      console.warn("the threaded ACS engine could not start; it runs on one thread", e);
+    }
+  } else if (threads > 1) {
+    console.info("this page is not cross-origin isolated (COOP and COEP headers): ACS runs on one thread");
+  }
+  const pkg = await import("./pkg/acs_web.js");
+  return { pkg, wasm: await pkg.default() };
+}
+
 async function load(m) {
   const started = performance.now();
-  const wasm = await init();
+  const { pkg, wasm } = await engine(m.threads);
+  Acs = pkg.Acs;
   // `modelStream` reads the header with the engine's own parser.
   const { stream, total, fromCache } = await modelStream(m);
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
@@ -169,6 +226,8 @@ async function load(m) {
     // The engine's wasm memory after loading: with WebGPU the weights live on the
     // device, so this stays well under the file's size.
     wasmMemory: wasm.memory.buffer.byteLength,
+    threads: pkg.cpuThreads(),
+    sharedMemory: pkg.sharedMemory(),
   });
 }
 

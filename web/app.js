@@ -88,7 +88,7 @@ $("load").addEventListener("click", async () => {
   const file = $("model-file").files[0];
   local?.terminate();
   local = null;
-  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes"]) delete status.dataset[k];
+  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory"]) delete status.dataset[k];
   status.textContent = "starting…";
   bar.value = 0;
   try {
@@ -96,6 +96,7 @@ $("load").addEventListener("click", async () => {
       url: file ? undefined : $("model-url").value,
       file,
       backend: $("backend").value,
+      threads: Number($("threads").value) || undefined,
       onProgress: (p) => {
         if (p.total) bar.value = p.loaded / p.total;
         status.textContent = p.phase === "download"
@@ -114,6 +115,8 @@ $("load").addEventListener("click", async () => {
     status.dataset.loadMs = String(Math.round(i.loadMs));
     status.dataset.wasmMemory = String(i.wasmMemory);
     status.dataset.bytes = String(i.bytes);
+    status.dataset.threads = String(i.threads);
+    status.dataset.sharedMemory = String(i.sharedMemory);
     const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
     status.textContent = `loaded ${mb(i.bytes)} ${source} in ` +
       `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +

@@ -3,7 +3,9 @@
 // `acs serve` serves. Prints one JSON line per backend.
 //
 // usage: node bench.mjs BASE_URL [max_tokens] [backends]
-//   backends: comma-separated, "webgpu,cpu" by default
+//   backends: comma-separated, "webgpu,cpu" by default; "cpu:N" runs the CPU
+//   backend on N threads (the page must be cross-origin isolated for N > 1, as
+//   `acs serve` serves it)
 //   (acs serve must be running; no key needed: everything runs in the page)
 import { launch, loadModel } from "./page.mjs";
 
@@ -12,8 +14,9 @@ const browser = await launch();
 try {
   const page = await browser.newPage();
   await page.goto(`${base}/`);
-  for (const backend of backends.split(",")) {
-    const { text, loadMs } = await loadModel(page, backend);
+  for (const spec of backends.split(",")) {
+    const [backend, threads = ""] = spec.split(":");
+    const { text, loadMs } = await loadModel(page, backend, undefined, threads);
     const load = { text, ms: loadMs };
     const runs = await page.evaluate(async (max) => {
       const out = [];
@@ -27,7 +30,7 @@ try {
       }
       return out;
     }, Number(maxTokens));
-    console.log(JSON.stringify({ backend, load, runs }));
+    console.log(JSON.stringify({ backend: spec, load, runs }));
   }
 } finally {
   await browser.close();

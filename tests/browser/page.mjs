@@ -10,11 +10,13 @@ export function launch() {
   });
 }
 
-// Clicks "Load model" under "This browser" with `backend` and waits until the model is
-// loaded (or refused); returns what the status line says and records.
-export async function loadModel(page, backend, timeout = 300_000) {
+// Clicks "Load model" under "This browser" with `backend` (and `threads` for the CPU
+// backend, "" for the default) and waits until the model is loaded (or refused);
+// returns what the status line says and records.
+export async function loadModel(page, backend, timeout = 300_000, threads = "") {
   await page.check("#mode-browser");
   await page.selectOption("#backend", backend);
+  await page.fill("#threads", String(threads));
   await page.click("#load");
   await page.waitForFunction(() => {
     const s = document.querySelector("#load-status");
@@ -23,5 +25,6 @@ export async function loadModel(page, backend, timeout = 300_000) {
   return page.$eval("#load-status", (s) => ({
     text: s.textContent, loadMs: Number(s.dataset.loadMs), fromCache: s.dataset.fromCache === "true",
     bytes: Number(s.dataset.bytes), wasmMemory: Number(s.dataset.wasmMemory),
+    threads: Number(s.dataset.threads), sharedMemory: s.dataset.sharedMemory === "true",
   }));
 }

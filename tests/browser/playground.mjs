@@ -10,7 +10,10 @@
 //     model picker lists the server's models; chat mode samples three replies to one
 //     conversation side by side and continues the first as its own conversation;
 //  3. a model file picked from disk loads too (never through the cache), with backend
-//     "auto": SwiftShader is a software adapter, so the wasm CPU backend.
+//     "auto": SwiftShader is a software adapter, so the wasm CPU backend;
+//  4. the page is cross-origin isolated, so the CPU backend runs on two threads
+//     (web/pkg-threads, helper workers over shared memory) and samples the same
+//     choices as on one (web/pkg).
 // Saves a screenshot and prints one JSON line with what it saw and measured.
 //
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png MODEL.gguf
@@ -124,11 +127,28 @@ try {
   // A file the user picks.
   await page.setInputFiles("#model-file", modelFile);
   out.picked = await loadModel(page, "auto");
+  // The CPU backend on two threads (web/pkg-threads: `acs serve` makes the page
+  // cross-origin isolated) samples what it samples on one (web/pkg).
+  await page.setInputFiles("#model-file", []);
+  out.isolated = await page.evaluate(() => self.crossOriginIsolated);
+  const seeded = () => page.evaluate(async () => {
+    const c = await window.acs.completions({ model: "llama-8b", prompt: ["The sky is", "Once upon a time"], n: 2,
+                                             max_tokens: 12, temperature: 1, seed: 3 });
+    return c.choices.map((x) => x.text);
+  });
+  const one = await loadModel(page, "cpu", undefined, 1);
+  const oneTexts = await seeded();
+  const two = await loadModel(page, "cpu", undefined, 2);
+  const twoTexts = await seeded();
+  out.threads = { one: [one.threads, one.sharedMemory, one.text], two: [two.threads, two.sharedMemory, two.text],
+                  texts: twoTexts, same: oneTexts.join("\u0000") === twoTexts.join("\u0000") };
   const o = out.openai;
   // On WebGPU the weights stream to the device: the file is never whole in wasm memory.
   const lean = (l) => !/webgpu/.test(l.text) || l.wasmMemory < l.bytes / 2;
   out.ok = lean(out.first) && lean(out.reloaded) && lean(out.picked) &&
-    /from .*\.gguf.* · cpu ·/.test(out.picked.text) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
+    /from .*\.gguf.* · cpu( \(\d+ threads\))? ·/.test(out.picked.text) &&
+    out.isolated && out.threads.one.slice(0, 2).join() === "1,false" && out.threads.two.slice(0, 2).join() === "2,true" &&
+    out.threads.same && out.threads.texts.length === 4 && out.threads.texts.every((t) => t.length > 0) && o.indexes.join() === "0,1,2,3" && o.usage.total_tokens === o.usage.prompt_tokens + o.usage.completion_tokens &&
     o.streamed.length > 0 && o.notFound === 404 && o.traffic.every((v) => /^\d+$/.test(v ?? "")) &&
     o.chat.object === "chat.completion" && o.chat.indexes.join() === "0,1,2,3" &&
     o.chat.texts.join("\u0000") === o.chat.streamed.join("\u0000") && o.chat.roles.join() === "assistant,assistant,assistant,assistant" &&

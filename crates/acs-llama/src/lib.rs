@@ -32,4 +32,6 @@ pub mod tokenizer;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
 
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+pub use cpu::team::{join as join_team, plan_helpers};
 pub use cpu::team::{session, threads};

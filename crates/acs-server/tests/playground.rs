@@ -6,7 +6,9 @@
 //! page through the package's `fetch` (completions and chat, n=4, whole and streamed);
 //! the remote endpoint (this server, with a key) gives the same shapes, lists its
 //! models in the picker, and runs the chat mode: three replies side by side, then one
-//! of them continued as its own conversation. Needs web/pkg (`scripts/build-web.sh`).
+//! of them continued as its own conversation; the CPU backend on two threads (the
+//! page is cross-origin isolated) samples what it samples on one. Needs web/pkg and
+//! web/pkg-threads (`scripts/build-web.sh`).
 
 mod common;
 
@@ -16,11 +18,16 @@ use common::{Server, default_model, make_key, temp_dir};
 
 #[test]
 fn the_playground_samples_two_prompts_in_chromium() {
-    let pkg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/pkg/acs_web_bg.wasm");
-    assert!(
-        std::path::Path::new(pkg).exists(),
-        "the browser package is not built: run scripts/build-web.sh"
-    );
+    for pkg in ["pkg", "pkg-threads"] {
+        let wasm = format!(
+            "{}/../../web/{pkg}/acs_web_bg.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert!(
+            std::path::Path::new(&wasm).exists(),
+            "the browser package web/{pkg} is not built: run scripts/build-web.sh"
+        );
+    }
     let data = temp_dir("playground");
     let key = make_key(&data, 100_000, 4);
     let model = default_model();
@@ -63,6 +70,10 @@ fn the_playground_samples_two_prompts_in_chromium() {
         result["chat"], result["models"]
     );
     println!("a picked file: {}", result["picked"]["text"]);
+    println!(
+        "the CPU backend on one thread and on two: {}",
+        result["threads"]
+    );
     println!(
         "remote: {} | {}",
         result["remote"]["status"], result["remote"]["usage"]

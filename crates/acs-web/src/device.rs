@@ -172,7 +172,10 @@ impl Backend for Device {
 
     fn describe(&self) -> String {
         match &self.kind {
-            Kind::Cpu(_) => "cpu".into(),
+            Kind::Cpu(_) => match acs_llama::threads() {
+                1 => "cpu".into(),
+                n => format!("cpu ({n} threads)"),
+            },
             Kind::Gpu(g) => {
                 let i = g.adapter_info();
                 let name = if i.name.is_empty() {

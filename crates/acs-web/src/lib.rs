@@ -9,12 +9,14 @@
 //!
 //! - [`load`]: a model from a file streamed in chunks, its weights straight to the GPU;
 //! - [`device`]: WebGPU, or the CPU backend compiled to wasm where WebGPU is absent;
-//! - [`runtime`]: the store, the scheduler task and the job dispatcher.
+//! - [`runtime`]: the store, the scheduler task and the job dispatcher;
+//! - [`threads`]: the CPU backend's helper threads, in the build with shared memory.
 #![cfg(target_arch = "wasm32")]
 
 pub mod device;
 pub mod load;
 pub mod runtime;
+pub mod threads;
 
 use std::rc::Rc;
 use std::sync::Arc;

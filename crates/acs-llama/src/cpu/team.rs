@@ -13,8 +13,15 @@
 //! index, so a helper that arrives late at a loop it has missed can never run a task of
 //! the wrong one; the caller returns only once every task has finished, which is what
 //! lets the helpers borrow the caller's closure.
+//!
+//! In the browser, the wasm build with shared memory (`+atomics`) has the same team,
+//! but wasm cannot start threads: the page says how many helpers it will start
+//! ([`plan_helpers`]) and each is a Web Worker that instantiates the module on the
+//! same memory and calls [`join`]. A helper that never arrives only leaves its tasks
+//! to the others, as the caller claims tasks too. The build without shared memory runs
+//! every loop on the one thread.
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod threads {
     use std::any::Any;
     use std::cell::Cell;
@@ -87,11 +94,35 @@ mod threads {
         m.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The helpers the page will start (see [`plan_helpers`]).
+    #[cfg(target_arch = "wasm32")]
+    static PLANNED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Sets how many helpers the page will start ([`join`]), before the first parallel
+    /// loop: the team's size is fixed then. Returns whether it was in time.
+    #[cfg(target_arch = "wasm32")]
+    pub fn plan_helpers(helpers: usize) -> bool {
+        PLANNED.store(helpers, Ordering::SeqCst);
+        team().helpers == helpers
+    }
+
+    /// A helper's whole life on the calling thread (a Web Worker the page started):
+    /// never returns.
+    #[cfg(target_arch = "wasm32")]
+    pub fn join() -> ! {
+        team().help()
+    }
+
     fn team() -> &'static Team {
         static TEAM: OnceLock<&'static Team> = OnceLock::new();
         TEAM.get_or_init(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let cores = super::size(std::env::var("ACS_THREADS").ok().as_deref(), cores);
+            #[cfg(not(target_arch = "wasm32"))]
+            let cores = {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                super::size(std::env::var("ACS_THREADS").ok().as_deref(), cores)
+            };
+            #[cfg(target_arch = "wasm32")]
+            let cores = PLANNED.load(Ordering::SeqCst) + 1;
             let team: &'static Team = Box::leak(Box::new(Team {
                 word: Line(AtomicU64::new(0)),
                 job: Mutex::new(None),
@@ -103,6 +134,7 @@ mod threads {
                 session: Mutex::new(()),
                 helpers: cores.saturating_sub(1),
             }));
+            #[cfg(not(target_arch = "wasm32"))]
             for i in 0..team.helpers {
                 let spawned = std::thread::Builder::new()
                     .name(format!("acs-team-{i}"))
@@ -176,7 +208,7 @@ mod threads {
 
         /// A helper's life: work on each new loop, spin between loops while a session
         /// is on, sleep otherwise.
-        fn help(&self) {
+        fn help(&self) -> ! {
             STATE.with(|s| s.set(State::InTask));
             let mut seen = 0u32;
             let mut spins = 0u32;
@@ -275,16 +307,16 @@ mod threads {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 pub(crate) use threads::run;
-#[cfg(not(target_arch = "wasm32"))]
-pub use threads::session;
-#[cfg(not(target_arch = "wasm32"))]
-pub use threads::threads;
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+pub use threads::{join, plan_helpers};
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+pub use threads::{session, threads};
 
 /// The team's size: `ACS_THREADS` when it is a positive number (to leave cores to
 /// other work on a shared machine), else every core.
-#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+#[cfg(not(target_arch = "wasm32"))]
 fn size(setting: Option<&str>, cores: usize) -> usize {
     setting
         .and_then(|s| s.trim().parse::<usize>().ok())
@@ -292,20 +324,21 @@ fn size(setting: Option<&str>, cores: usize) -> usize {
         .unwrap_or(cores)
 }
 
-/// The threads of the forward pass: one in the browser's wasm build.
-#[cfg(target_arch = "wasm32")]
+/// The threads of the forward pass: one in the wasm build without shared memory.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 pub fn threads() -> usize {
     1
 }
 
-/// Runs `body` (one thread in the browser's wasm build).
-#[cfg(target_arch = "wasm32")]
+/// Runs `body` (one thread in the wasm build without shared memory).
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 pub fn session<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
-/// `f(0)`, …, `f(n - 1)`, in order (one thread in the browser's wasm build).
-#[cfg(target_arch = "wasm32")]
+/// `f(0)`, …, `f(n - 1)`, in order (one thread in the wasm build without shared
+/// memory).
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 pub(crate) fn run(n: usize, f: impl Fn(usize) + Sync) {
     (0..n).for_each(f)
 }

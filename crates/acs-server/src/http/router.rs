@@ -67,6 +67,17 @@ async fn request_ids(mut req: Request, next: Next) -> Response {
     resp
 }
 
+/// Makes the playground's pages cross-origin isolated (COOP `same-origin`, COEP
+/// `require-corp`): browsers lend shared memory (`SharedArrayBuffer`, wasm threads)
+/// only to such pages, and the in-browser engine's CPU backend runs its threads on it.
+async fn isolated(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    set_header(h, "cross-origin-opener-policy", "same-origin");
+    set_header(h, "cross-origin-embedder-policy", "require-corp");
+    resp
+}
+
 /// The router of the whole API, plus the playground at `/` when `web` is given.
 pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
     let api = Router::new()
@@ -117,9 +128,13 @@ pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
     let api = api.with_state(state);
     let app = match web {
         Some(dir) => api.fallback_service(
-            ServeDir::new(dir)
-                .call_fallback_on_method_not_allowed(true)
-                .fallback(any(unknown_route)),
+            Router::new()
+                .fallback_service(
+                    ServeDir::new(dir)
+                        .call_fallback_on_method_not_allowed(true)
+                        .fallback(any(unknown_route)),
+                )
+                .layer(middleware::from_fn(isolated)),
         ),
         None => api.fallback(unknown_route),
     };

@@ -11,7 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/acs-target}"
 
+# wasm-pack writes a `.gitignore` of `*` into each package, which would keep the
+# packages out of `npm pack web` (the acs-web npm package); the repository's own
+# .gitignore already leaves them out of git.
 sizes() {
+  rm -f "$1/.gitignore"
   local wasm="$1/acs_web_bg.wasm"
   echo "$1: acs_web_bg.wasm $(stat -c %s "$wasm") bytes, $(gzip -9 -c "$wasm" | wc -c) gzipped;" \
     "acs_web.js $(stat -c %s "$1/acs_web.js") bytes"

@@ -22,6 +22,7 @@ export class AcsBrowser {
   #worker;
   #next = 1;
   #calls = new Map();
+  #events = {};
 
   /**
    * Starts the worker and loads a model: `url` (fetched with progress, then kept in
@@ -32,10 +33,16 @@ export class AcsBrowser {
    * cross-origin isolated page (COOP and COEP headers) and web/pkg-threads, else the
    * engine runs on one. Resolves once loaded, with `info` = {backend, models, loadMs,
    * fromCache, bytes, threads, sharedMemory}.
+   *
+   * If the GPU device is lost (a driver reset, the GPU process gone), the engine loads
+   * the model again on the CPU: `onLost(reason)` hears it, requests meanwhile fail with
+   * 503 `gpu_device_lost`, `onProgress` hears the load, and `onRecovered(info)` its end
+   * (`info` then names the CPU backend; `onRecovered(null, error)` if it failed).
    */
   static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, onProgress,
-                       workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
+                       onLost, onRecovered, workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
     const acs = new AcsBrowser();
+    acs.#events = { onProgress, onLost, onRecovered };
     acs.#worker = new Worker(workerUrl, { type: "module" });
     acs.info = await new Promise((resolve, reject) => {
       acs.#worker.onmessage = (ev) => {
@@ -52,6 +59,17 @@ export class AcsBrowser {
   }
 
   #receive(m) {
+    if (m.type === "progress") return this.#events.onProgress?.(m);
+    if (m.type === "lost") {
+      this.info = { ...this.info, lost: m.reason };
+      return this.#events.onLost?.(m.reason);
+    }
+    if (m.type === "loaded") {
+      this.info = m;
+      return this.#events.onRecovered?.(m);
+    }
+    // Loading again on the CPU failed.
+    if (m.type === "error" && m.id === undefined) return this.#events.onRecovered?.(null, new AcsError(m.error));
     const call = this.#calls.get(m.id);
     if (!call) return;
     if (m.type === "chunk") call.onChunk?.(m.chunk);

@@ -9,6 +9,8 @@
 //                   threads, sharedMemory}
 //                  {type:"chunk", id, chunk}  {type:"result", id, value}
 //                  {type:"error", id?, error:{name, message, status, body}}
+//                  {type:"lost", reason}  (the GPU device was lost: the model loads
+//                   again on the CPU, with progress, then "loaded" with recovered: true)
 //
 // The model file streams into the engine and each tensor to the GPU as its bytes
 // arrive; it is cached with the Cache API (a reload reads it from there), and the
@@ -26,7 +28,14 @@ const MODEL_CACHE = "acs-models-v1";
 const MAX_DEFAULT_THREADS = 8;
 let Acs = null;
 let acs = null;
+// The package once loaded ({pkg, wasm}), the load message the model came from, and
+// why the GPU was lost while the model loads again on the CPU.
+let loaded = null;
+let source = null;
+let recovering = null;
 const aborts = new Map();
+// How often an idle engine is checked for a lost GPU device.
+const LOST_CHECK_MS = 1000;
 
 self.onmessage = async (ev) => {
   const m = ev.data;
@@ -179,6 +188,11 @@ function startHelpers(pkg, url, n) {
 // cores, at most MAX_DEFAULT_THREADS) where the page is cross-origin isolated, else
 // web/pkg. Resolves to the package and its wasm exports.
 async function engine(wanted) {
+  loaded ??= await firstEngine(wanted);
+  return loaded;
+}
+
+async function firstEngine(wanted) {
   const threads = wanted || Math.min(navigator.hardwareConcurrency || 1, MAX_DEFAULT_THREADS);
   if (threads > 1 && self.crossOriginIsolated) {
     try {
@@ -216,8 +230,10 @@ async function load(m) {
     phase: "load", loaded: p.loaded, total, tensors: p.tensors, tensorsTotal: p.tensors_total, fromCache,
   }));
   if (m.persist !== false) acs.onChange((s) => idbPut("snapshot", s));
+  source = m;
   self.postMessage({
     type: "loaded",
+    recovered: Boolean(m.recovered),
     backend: acs.backend,
     models: acs.models(),
     loadMs: performance.now() - started,
@@ -231,8 +247,52 @@ async function load(m) {
   });
 }
 
+// The error of a request while the model loads again after the GPU was lost: 503, as
+// a server answers while it cannot take work.
+function lostError(reason) {
+  const message = `The GPU device was lost (${reason}); the model is loading again on the CPU. ` +
+    "Send the request again once it is loaded.";
+  return Object.assign(new Error(message), {
+    status: 503, body: { error: { message, type: "server_error", param: null, code: "gpu_device_lost" } },
+  });
+}
+
+// Loads the model again on the CPU after the GPU device was lost (a driver reset, the
+// GPU process gone, the device destroyed): from the same URL (the Cache API has it) or
+// file, with the jobs that IndexedDB kept. Requests meanwhile get `lostError`.
+async function recover(reason) {
+  if (recovering || !source) return;
+  recovering = reason;
+  acs = null;
+  self.postMessage({ type: "lost", reason });
+  try {
+    await load({ ...source, backend: "cpu", recovered: true });
+  } catch (e) {
+    self.postMessage({ type: "error", error: errorOf(e) });
+  } finally {
+    recovering = null;
+  }
+}
+
+setInterval(() => {
+  const reason = acs?.lost;
+  if (reason) recover(reason);
+}, LOST_CHECK_MS);
+
 async function call(m) {
+  if (recovering) throw lostError(recovering);
   if (!acs) throw Object.assign(new Error("no model is loaded yet"), { status: 503 });
+  try {
+    await answer(m);
+  } catch (e) {
+    const reason = acs?.lost ?? recovering;
+    if (!reason) throw e;
+    recover(reason);
+    throw lostError(reason);
+  }
+}
+
+async function answer(m) {
   let value;
   if (m.method === "completions" || m.method === "chatCompletions") {
     const ctl = new AbortController();

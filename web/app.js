@@ -88,9 +88,25 @@ $("load").addEventListener("click", async () => {
   const file = $("model-file").files[0];
   local?.terminate();
   local = null;
-  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory"]) delete status.dataset[k];
+  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory", "lost"]) delete status.dataset[k];
   status.textContent = "starting…";
   bar.value = 0;
+  // What the status line says once a model is loaded (or loaded again on the CPU).
+  const loaded = (i) => {
+    bar.value = 1;
+    const m = i.models.data[0];
+    showModels(i.models.data);
+    status.dataset.fromCache = String(i.fromCache);
+    status.dataset.loadMs = String(Math.round(i.loadMs));
+    status.dataset.wasmMemory = String(i.wasmMemory);
+    status.dataset.bytes = String(i.bytes);
+    status.dataset.threads = String(i.threads);
+    status.dataset.sharedMemory = String(i.sharedMemory);
+    const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
+    status.textContent = (i.recovered ? `the GPU was lost (${status.dataset.lost}); ` : "") + `loaded ${mb(i.bytes)} ${source} in ` +
+      `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
+      ` · engine memory ${mb(i.wasmMemory)}`;
+  };
   try {
     local = await AcsBrowser.start({
       url: file ? undefined : $("model-url").value,
@@ -104,23 +120,19 @@ $("load").addEventListener("click", async () => {
           : `loading${p.fromCache ? " from the cache" : ""}: ${mb(p.loaded)} of ${mb(p.total)}` +
             (p.tensorsTotal ? ` · ${p.tensors} of ${p.tensorsTotal} tensors on the GPU` : "");
       },
+      onLost: (reason) => {
+        for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory"]) delete status.dataset[k];
+        status.dataset.lost = reason;
+        status.textContent = `the GPU was lost (${reason}): loading the model again on the CPU…`;
+      },
+      onRecovered: (i, e) => {
+        if (i) loaded(i);
+        else status.textContent = `the GPU was lost, and loading the model on the CPU failed: ${e.message}`;
+      },
     });
     // For the console (and the openai JS SDK: `new OpenAI({fetch: acs.fetch, …})`).
     window.acs = local;
-    const i = local.info;
-    bar.value = 1;
-    const m = i.models.data[0];
-    showModels(i.models.data);
-    status.dataset.fromCache = String(i.fromCache);
-    status.dataset.loadMs = String(Math.round(i.loadMs));
-    status.dataset.wasmMemory = String(i.wasmMemory);
-    status.dataset.bytes = String(i.bytes);
-    status.dataset.threads = String(i.threads);
-    status.dataset.sharedMemory = String(i.sharedMemory);
-    const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
-    status.textContent = `loaded ${mb(i.bytes)} ${source} in ` +
-      `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
-      ` · engine memory ${mb(i.wasmMemory)}`;
+    loaded(local.info);
     refreshJobs();
   } catch (e) {
     status.textContent = `cannot load the model: ${e.message || e}`;

@@ -7,8 +7,9 @@
 //! the remote endpoint (this server, with a key) gives the same shapes, lists its
 //! models in the picker, and runs the chat mode: three replies side by side, then one
 //! of them continued as its own conversation; the CPU backend on two threads (the
-//! page is cross-origin isolated) samples what it samples on one. Needs web/pkg and
-//! web/pkg-threads (`scripts/build-web.sh`).
+//! page is cross-origin isolated) samples what it samples on one. The same playground
+//! in headless Firefox, and the acs-web npm package (packed, installed, type-checked,
+//! its example page run). Needs web/pkg and web/pkg-threads (`scripts/build-web.sh`).
 
 mod common;
 
@@ -81,6 +82,179 @@ fn the_playground_samples_two_prompts_in_chromium() {
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 10_000,
         "a real screenshot"
+    );
+    println!("screenshot: {}", shot.display());
+}
+
+/// The playground in headless Firefox (tests/browser/firefox.mjs: Debian's firefox-esr
+/// over WebDriver BiDi): without a GPU the served model runs on the wasm CPU backend
+/// on the device's threads, the page being cross-origin isolated; the two prompts'
+/// four choices land in index order; a missing model URL is refused in plain words.
+#[test]
+fn the_playground_runs_in_firefox_on_the_cpu_threads() {
+    let data = temp_dir("playground-firefox");
+    let model = default_model();
+    let server = Server::start(&data, &model, &["--serve-model-file"]);
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground-firefox.png");
+    let out = Command::new("node")
+        .current_dir(dir)
+        .arg("firefox.mjs")
+        .arg(&server.base)
+        .arg(&shot)
+        .output()
+        .expect("node runs (tests/browser needs `npm ci`)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    println!(
+        "firefox: {} | {} | WebGPU: {} | a missing model: {} | WebGPU asked for: {}",
+        result["userAgent"],
+        result["loaded"]["text"],
+        result["gpu"],
+        result["missing"]["text"],
+        result["noWebGpu"]["text"]
+    );
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "a real screenshot"
+    );
+    println!("screenshot: {}", shot.display());
+}
+
+/// Runs `program args` in `dir`; panics with its output when it fails.
+fn run_in(dir: &std::path::Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The acs-web npm package as a user gets it: `npm pack web` (the manifest's files),
+/// `npm install` of the tarball into an empty site, its types checked by `tsc
+/// --strict` against a page's calls (tests/browser/typed.ts, misuses refused), and its
+/// example page (five lines of JS) served from that site, sampling four choices in
+/// headless Chromium.
+#[test]
+fn the_npm_package_installs_type_checks_and_runs_its_example() {
+    let data = temp_dir("npm-package");
+    let site = data.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web");
+    let browser = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser"));
+    let site_arg = site.to_str().unwrap();
+    let tarball = run_in(
+        browser,
+        "npm",
+        &["pack", web, "--pack-destination", site_arg, "--silent"],
+    );
+    let tarball = site.join(tarball.trim());
+    std::fs::write(site.join("package.json"), r#"{"private": true}"#).unwrap();
+    run_in(
+        &site,
+        "npm",
+        &[
+            "install",
+            "--offline",
+            "--no-audit",
+            "--no-fund",
+            tarball.to_str().unwrap(),
+        ],
+    );
+    let package = site.join("node_modules/acs-web");
+    for file in [
+        "acs-client.d.ts",
+        "acs-worker.js",
+        "acs-team.js",
+        "pkg/acs_web_bg.wasm",
+        "pkg-threads/acs_web_bg.wasm",
+    ] {
+        assert!(package.join(file).is_file(), "the package holds {file}");
+    }
+    std::fs::copy(browser.join("typed.ts"), site.join("typed.ts")).unwrap();
+    let tsc = browser.join("node_modules/.bin/tsc");
+    run_in(
+        &site,
+        tsc.to_str().unwrap(),
+        &[
+            "--noEmit",
+            "--strict",
+            "--target",
+            "es2022",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--lib",
+            "es2022,dom",
+            "typed.ts",
+        ],
+    );
+    std::fs::copy(package.join("example/index.html"), site.join("index.html")).unwrap();
+    let model = default_model();
+    let server = Server::start(&data, &model, &["--serve-model-file", "--web", site_arg]);
+    let out = Command::new("node")
+        .current_dir(browser)
+        .arg("example.mjs")
+        .arg(&server.base)
+        .output()
+        .expect("node runs (tests/browser needs `npm ci`)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    println!("the npm package's example page: {}", result["lines"]);
+}
+
+/// The GPU device lost mid-session (tests/browser/device_lost.mjs: the playground on
+/// SwiftShader's WebGPU, its device destroyed by a wrapper of the engine's worker): a
+/// request meanwhile fails with 503 `gpu_device_lost`, the model loads again on the CPU
+/// by itself, the status line says why, and the page samples again.
+#[test]
+fn a_lost_gpu_device_reloads_the_model_on_the_cpu() {
+    let data = temp_dir("device-lost");
+    let model = default_model();
+    let server = Server::start(&data, &model, &["--serve-model-file"]);
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("device-lost.png");
+    let out = Command::new("node")
+        .current_dir(dir)
+        .arg("device_lost.mjs")
+        .arg(&server.base)
+        .arg(&shot)
+        .output()
+        .expect("node runs (tests/browser needs `npm ci`)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    println!(
+        "a lost GPU: {} | then {}",
+        result["during"]["message"], result["after"]["load"]
     );
     println!("screenshot: {}", shot.display());
 }

@@ -35,6 +35,14 @@ impl Device {
         Device::new(Kind::Gpu(Box::new(model)))
     }
 
+    /// Why the GPU device was lost, once it is (never for the CPU backend).
+    pub fn lost(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Cpu(_) => None,
+            Kind::Gpu(g) => g.lost(),
+        }
+    }
+
     fn new(kind: Kind) -> Device {
         Device {
             kind,

@@ -238,6 +238,14 @@ impl Acs {
         self.rt.backend().to_owned()
     }
 
+    /// Why the GPU device was lost (the browser's reason and message), or `undefined`
+    /// while it is not: from then on every request fails, and the page's worker loads
+    /// the model again on the CPU.
+    #[wasm_bindgen(getter)]
+    pub fn lost(&self) -> Option<String> {
+        self.rt.lost()
+    }
+
     /// Work counters: steps, prefills, prefill and decode tokens, prompts branched
     /// from the prompt cache, largest batch, most KV cache bytes held at once.
     pub fn stats(&self) -> JsValue {

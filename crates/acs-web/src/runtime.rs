@@ -133,6 +133,11 @@ impl Runtime {
         &self.backend
     }
 
+    /// Why the GPU device was lost, once it is.
+    pub fn lost(&self) -> Option<String> {
+        self.device.lost()
+    }
+
     /// Work counters of the scheduler.
     pub fn stats(&self) -> Stats {
         self.stats.get()

@@ -90,6 +90,14 @@ impl Lost {
         lost
     }
 
+    /// Why the device was lost, if it was.
+    pub(crate) fn why(&self) -> Option<String> {
+        match self.0.lock() {
+            Ok(l) => l.clone(),
+            Err(_) => Some("lost-device state poisoned".into()),
+        }
+    }
+
     /// An error if the device was lost.
     pub(crate) fn check(&self) -> Result<(), GpuError> {
         match self.0.lock() {

@@ -222,6 +222,12 @@ impl GpuModel {
         Ok((outputs, profile.unwrap_or_default()))
     }
 
+    /// Why the device was lost (the browser's reason and message), once it is: every
+    /// step fails from then on, and the model must be loaded again.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.why()
+    }
+
     /// An error if the device was lost.
     fn check_lost(&self) -> Result<(), GpuError> {
         self.lost.check()

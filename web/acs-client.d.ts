@@ -6,10 +6,28 @@
 /** Where the batches step: "auto" (WebGPU on a hardware GPU, else the CPU), "webgpu" (software adapters too) or "cpu". */
 export type Backend = "auto" | "webgpu" | "cpu";
 
-/** How far loading got: the download into the Cache API, then the bytes into the engine. */
+/** What a model file's header says, read before the download. */
+export interface HeaderSummary {
+  family: string;
+  n_layers: number;
+  d_model: number;
+  vocab: number;
+  context: number;
+  /** Tensors of each weight format ("Q4_K", "F32", …). */
+  formats: Record<string, number>;
+  /** Bytes of the weights: wasm memory on the CPU backend, GPU memory on WebGPU. */
+  weight_bytes: number;
+}
+
+/**
+ * How far loading got: the file's header (before the download), the download into the
+ * Cache API, then the bytes into the engine.
+ */
 export interface Progress {
   type: "progress";
-  phase: "download" | "load";
+  phase: "header" | "download" | "load";
+  /** With phase "header". */
+  header?: HeaderSummary;
   loaded: number;
   total: number;
   fromCache?: boolean;
@@ -63,6 +81,10 @@ export interface LoadInfo {
   threads: number;
   /** Whether the engine is the build with shared memory (threads). */
   sharedMemory: boolean;
+  /** Why no copy of the file was kept (the site's storage is full), in plain words. */
+  uncached?: string;
+  /** Whether the browser keeps the site's storage from eviction (asked after a download). */
+  persisted?: boolean;
   /** Whether this is the load again on the CPU after the GPU was lost. */
   recovered?: boolean;
   /** Why the GPU was lost, once it was. */
@@ -260,3 +282,20 @@ export class AcsBrowser {
    */
   fetch: (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
 }
+
+/** A model file's copy in the browser's cache. */
+export interface CachedModel {
+  url: string;
+  bytes: number;
+  etag: string | null;
+  lastModified: string | null;
+  /** ISO time of the download. */
+  cachedAt: string | null;
+}
+
+/** The cached model files, newest first. */
+export function cachedModels(): Promise<CachedModel[]>;
+/** Deletes the cached copy of `url`; resolves to whether there was one. */
+export function deleteCachedModel(url: string): Promise<boolean>;
+/** What this site stores and may store, in bytes, and whether its storage is persistent. */
+export function storageUse(): Promise<{ usage: number; quota: number; persisted: boolean }>;

@@ -8,6 +8,8 @@
 //   const client = new OpenAI({ apiKey: "local", baseURL: "http://acs.local/v1",
 //                               fetch: acs.fetch, dangerouslyAllowBrowser: true });
 
+export { cachedModels, deleteCachedModel, storageUse } from "./models.js";
+
 /** An error of the contract: `status` and the JSON `body` ({error: {...}}). */
 export class AcsError extends Error {
   constructor(e) {
@@ -32,7 +34,9 @@ export class AcsBrowser {
    * backend's threads (default: the device's cores, at most 8); more than one needs a
    * cross-origin isolated page (COOP and COEP headers) and web/pkg-threads, else the
    * engine runs on one. Resolves once loaded, with `info` = {backend, models, loadMs,
-   * fromCache, bytes, threads, sharedMemory}.
+   * fromCache, bytes, threads, sharedMemory, uncached, persisted}: `uncached` says in
+   * plain words why no copy was kept (the site's storage is full), `persisted` whether
+   * the browser keeps the site's storage from eviction.
    *
    * If the GPU device is lost (a driver reset, the GPU process gone), the engine loads
    * the model again on the CPU: `onLost(reason)` hears it, requests meanwhile fail with
@@ -55,6 +59,12 @@ export class AcsBrowser {
       acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads });
     });
     acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
+    // A model just downloaded into the cache: ask the browser to keep the site's
+    // storage rather than evict it under pressure (only pages may ask; the browser
+    // decides, and says whether it does).
+    if (url && !acs.info.fromCache && !acs.info.uncached) {
+      acs.info.persisted = (await navigator.storage?.persist?.().catch(() => false)) ?? false;
+    }
     return acs;
   }
 

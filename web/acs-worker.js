@@ -3,10 +3,10 @@
 //
 //   page → worker  {type:"load", url | file, backend, budget, modelId, threads}
 //                  {type:"call", id, method, args}      {type:"abort", id}
-//   worker → page  {type:"progress", phase: "download" | "load", loaded, total,
-//                   tensors, tensorsTotal, fromCache}
-//                  {type:"loaded", backend, models, loadMs, fromCache, bytes, wasmMemory,
-//                   threads, sharedMemory}
+//   worker → page  {type:"progress", phase: "header" | "download" | "load", loaded,
+//                   total, tensors, tensorsTotal, fromCache, header}
+//                  {type:"loaded", backend, models, loadMs, fromCache, uncached, bytes,
+//                   wasmMemory, threads, sharedMemory}
 //                  {type:"chunk", id, chunk}  {type:"result", id, value}
 //                  {type:"error", id?, error:{name, message, status, body}}
 //                  {type:"lost", reason}  (the GPU device was lost: the model loads
@@ -22,7 +22,8 @@
 // the page is cross-origin isolated (browsers lend shared memory to no other page);
 // else web/pkg, on this one thread.
 
-const MODEL_CACHE = "acs-models-v1";
+import { MODEL_CACHE, changedSince, copyHeaders, isQuotaError, quotaMessage } from "./models.js";
+
 // The default of threads: the device's cores, at most this many (a token's weights
 // stream from memory, which a few cores already keep busy).
 const MAX_DEFAULT_THREADS = 8;
@@ -92,15 +93,20 @@ async function firstBytes(body, n) {
 // does not run (its architecture, a weight format, its RoPE scaling) is refused after
 // a few MiB, not after gigabytes into the cache. Asks for a growing prefix (a Range
 // request; a server that ignores it sends the file, of which only the prefix is read)
-// until the header is whole.
+// until the header is whole. Then tells the page what the header says (family, shape,
+// weight formats, the weights' bytes) and the file's size, before the download.
 async function checkHeader(url) {
   let size = 1 << 20;
   for (;;) {
     const resp = await fetch(url, { headers: { range: `bytes=0-${size - 1}` } });
     if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+    const total = Number(resp.headers.get("content-range")?.split("/")[1]) || Number(resp.headers.get("content-length")) || 0;
     const prefix = await firstBytes(resp.body, size);
     const need = Acs.inspectHeader(prefix);
-    if (need === 0) return;
+    if (need === 0) {
+      progress({ phase: "header", header: Acs.describeHeader(prefix), total, loaded: 0 });
+      return;
+    }
     if (prefix.length < size) throw new Error(`the model at ${url} ends inside its GGUF header`);
     size = Math.max(need, 2 * size);
   }
@@ -108,21 +114,39 @@ async function checkHeader(url) {
 
 // The model file as a stream, never whole in memory: a picked file as it is; a URL
 // first into the Cache API (streamed to disk, with download progress) and then read
-// back from there, so that a reload finds it. A URL's header is checked first.
+// back from there, so that a reload finds it. A cached copy is used only while the
+// server's file is the same (`changedSince`); a URL's header is checked before the
+// download. Where the browser has no room for the copy, the file streams from the
+// network again without one, and `uncached` says so in plain words.
 async function modelStream(m) {
   if (m.file) return { stream: m.file.stream(), total: m.file.size, fromCache: false };
   const url = new URL(m.url, self.location.href).href;
   const cache = "caches" in self ? await caches.open(MODEL_CACHE) : null;
   let hit = cache && (await cache.match(url));
+  if (hit && (await changedSince(url, hit))) {
+    await cache.delete(url);
+    hit = undefined;
+  }
   const fromCache = Boolean(hit);
   if (!hit) {
     await checkHeader(url);
-    const resp = await fetch(url);
-    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
-    const total = Number(resp.headers.get("content-length")) || 0;
-    const body = counted(resp.body, total, (loaded) => progress({ phase: "download", loaded, total }));
+    const download = async () => {
+      const resp = await fetch(url);
+      if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+      const total = Number(resp.headers.get("content-length")) || 0;
+      const body = counted(resp.body, total, (loaded) => progress({ phase: "download", loaded, total }));
+      return { resp, total, body };
+    };
+    const { resp, total, body } = await download();
     if (!cache) return { stream: body, total, fromCache };
-    await cache.put(url, new Response(body, { headers: { "content-length": String(total) } }));
+    try {
+      await cache.put(url, new Response(body, { headers: copyHeaders(resp, total) }));
+    } catch (e) {
+      if (!isQuotaError(e)) throw e;
+      await cache.delete(url);
+      const again = await download();
+      return { stream: again.body, total, fromCache, uncached: await quotaMessage(total) };
+    }
     hit = await cache.match(url);
   }
   return { stream: hit.body, total: Number(hit.headers.get("content-length")) || 0, fromCache };
@@ -159,6 +183,16 @@ function idbPut(key, value) {
     });
   }).catch((e) => console.warn("saving the jobs failed", e));
   return saving;
+}
+
+// A package's compiled module, from its fetched bytes rather than through
+// `instantiateStreaming`, which in Firefox at times never settles (one start in ten
+// or so of the shared-memory build under load, the page's main thread stalled too).
+async function compiled(dir) {
+  const url = new URL(`./${dir}/acs_web_bg.wasm`, import.meta.url);
+  const resp = await fetch(url);
+  if (!resp.ok) throw new Error(`fetching the engine from ${url}: HTTP ${resp.status}`);
+  return WebAssembly.compile(await resp.arrayBuffer());
 }
 
 // Starts `n` helper threads on the threaded package (`url`), and resolves to how many
@@ -198,7 +232,7 @@ async function firstEngine(wanted) {
     try {
       const url = new URL("./pkg-threads/acs_web.js", import.meta.url).href;
       const pkg = await import(url);
-      const wasm = await pkg.default();
+      const wasm = await pkg.default({ module_or_path: await compiled("pkg-threads") });
       pkg.planHelpers(threads - 1);
       const joined = await startHelpers(pkg, url, threads - 1);
       if (joined < threads - 1) console.warn(`${joined} of ${threads - 1} ACS helper threads started`);
@@ -210,7 +244,7 @@ async function firstEngine(wanted) {
     console.info("this page is not cross-origin isolated (COOP and COEP headers): ACS runs on one thread");
   }
   const pkg = await import("./pkg/acs_web.js");
-  return { pkg, wasm: await pkg.default() };
+  return { pkg, wasm: await pkg.default({ module_or_path: await compiled("pkg") }) };
 }
 
 async function load(m) {
@@ -218,7 +252,7 @@ async function load(m) {
   const { pkg, wasm } = await engine(m.threads);
   Acs = pkg.Acs;
   // `modelStream` reads the header with the engine's own parser.
-  const { stream, total, fromCache } = await modelStream(m);
+  const { stream, total, fromCache, uncached } = await modelStream(m);
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
   const options = { backend: m.backend || "auto" };
   if (m.modelId) options.modelId = m.modelId;
@@ -238,6 +272,7 @@ async function load(m) {
     models: acs.models(),
     loadMs: performance.now() - started,
     fromCache,
+    uncached,
     bytes: total,
     // The engine's wasm memory after loading: with WebGPU the weights live on the
     // device, so this stays well under the file's size.

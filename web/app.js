@@ -1,7 +1,7 @@
 // The playground: the same contract requests either to this browser's engine (the
 // acs-web package in a Web Worker, through its `fetch`) or to a remote ACS (the `acs`
 // server or the edge worker) with a key.
-import { AcsBrowser } from "./acs-client.js";
+import { AcsBrowser, cachedModels, deleteCachedModel, storageUse } from "./acs-client.js";
 import { ChatBoard, parseConversation } from "./chat.js";
 import { readEvents } from "./events.js";
 
@@ -82,15 +82,77 @@ async function ok(resp) {
 
 const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
 
+// The wasm CPU backend addresses 4 GiB, the weights included.
+const WASM_MEMORY = 4 * 2 ** 30;
+
+// A model's header in a line: family, shape, weight formats, and what the weights need
+// in memory against what the device says it has (`navigator.deviceMemory`, in GB,
+// rounded and capped by the browser; Chromium's).
+function describe(h, total) {
+  const formats = Object.entries(h.formats).map(([f, n]) => `${f}×${n}`).join(" ");
+  const device = navigator.deviceMemory ? `, this device about ${navigator.deviceMemory} GB` : "";
+  const tooBig = h.weight_bytes > WASM_MEMORY && $("backend").value === "cpu"
+    ? " (over the 4 GiB the CPU backend can hold: use WebGPU)" : "";
+  return `${h.family} · ${h.n_layers} layers · d_model ${h.d_model} · ${formats}` +
+    `${total ? ` · a ${mb(total)} file` : ""} · its weights need ${mb(h.weight_bytes)} of memory${device}${tooBig}`;
+}
+
+// The model URLs loaded lately, offered under the URL field.
+const RECENT = "acs.recent-models";
+function recentModels() {
+  try {
+    return JSON.parse(localStorage.getItem(RECENT)) ?? [];
+  } catch {
+    return [];
+  }
+}
+function showRecent() {
+  $("recent-models").replaceChildren(...recentModels().map((u) => Object.assign(document.createElement("option"), { value: u })));
+}
+function remember(url) {
+  localStorage.setItem(RECENT, JSON.stringify([url, ...recentModels().filter((u) => u !== url)].slice(0, 8)));
+  showRecent();
+}
+
+// The models this browser keeps (the Cache API), with their sizes, each deletable,
+// and what the site's storage holds of what it may.
+async function showCache() {
+  const rows = await cachedModels();
+  $("cached").tBodies[0].replaceChildren(...rows.map((r) => {
+    const tr = document.createElement("tr");
+    tr.dataset.url = r.url;
+    const url = new URL(r.url);
+    const del = Object.assign(document.createElement("button"), { type: "button", textContent: "Delete" });
+    del.addEventListener("click", async () => {
+      await deleteCachedModel(r.url);
+      await showCache();
+    });
+    const cells = [url.origin === location.origin ? url.pathname : r.url, mb(r.bytes),
+                   r.cachedAt ? new Date(r.cachedAt).toLocaleString() : ""];
+    tr.append(...cells.map((text) => Object.assign(document.createElement("td"), { textContent: text })));
+    const cell = document.createElement("td");
+    cell.append(del);
+    tr.append(cell);
+    return tr;
+  }));
+  const s = await storageUse();
+  $("storage").textContent = `this site stores ${mb(s.usage)} of the ${mb(s.quota)} the browser allows it` +
+    (s.persisted ? " · kept from eviction" : "");
+}
+showRecent();
+showCache();
+
 $("load").addEventListener("click", async () => {
   const status = $("load-status");
   const bar = $("load-progress");
   const file = $("model-file").files[0];
   local?.terminate();
   local = null;
-  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory", "lost"]) delete status.dataset[k];
+  for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory", "lost", "uncached", "header"]) delete status.dataset[k];
   status.textContent = "starting…";
   bar.value = 0;
+  // What the file's header says, once the download of a URL is about to start.
+  let header = "";
   // What the status line says once a model is loaded (or loaded again on the CPU).
   const loaded = (i) => {
     bar.value = 1;
@@ -105,7 +167,9 @@ $("load").addEventListener("click", async () => {
     const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
     status.textContent = (i.recovered ? `the GPU was lost (${status.dataset.lost}); ` : "") + `loaded ${mb(i.bytes)} ${source} in ` +
       `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
-      ` · engine memory ${mb(i.wasmMemory)}`;
+      ` · engine memory ${mb(i.wasmMemory)}` + (i.uncached ? ` · not kept: ${i.uncached}` : "");
+    status.dataset.uncached = i.uncached ? "true" : "false";
+    showCache();
   };
   try {
     local = await AcsBrowser.start({
@@ -114,11 +178,17 @@ $("load").addEventListener("click", async () => {
       backend: $("backend").value,
       threads: Number($("threads").value) || undefined,
       onProgress: (p) => {
+        if (p.phase === "header") {
+          status.dataset.header = JSON.stringify(p.header);
+          header = describe(p.header, p.total);
+          status.textContent = header;
+          return;
+        }
         if (p.total) bar.value = p.loaded / p.total;
-        status.textContent = p.phase === "download"
+        status.textContent = (header ? `${header} · ` : "") + (p.phase === "download"
           ? `downloading into the browser's cache: ${mb(p.loaded)} of ${mb(p.total)}`
           : `loading${p.fromCache ? " from the cache" : ""}: ${mb(p.loaded)} of ${mb(p.total)}` +
-            (p.tensorsTotal ? ` · ${p.tensors} of ${p.tensorsTotal} tensors on the GPU` : "");
+            (p.tensorsTotal ? ` · ${p.tensors} of ${p.tensorsTotal} tensors on the GPU` : ""));
       },
       onLost: (reason) => {
         for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory"]) delete status.dataset[k];
@@ -133,6 +203,7 @@ $("load").addEventListener("click", async () => {
     // For the console (and the openai JS SDK: `new OpenAI({fetch: acs.fetch, …})`).
     window.acs = local;
     loaded(local.info);
+    if (!file) remember($("model-url").value);
     refreshJobs();
   } catch (e) {
     status.textContent = `cannot load the model: ${e.message || e}`;

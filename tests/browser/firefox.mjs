@@ -37,7 +37,10 @@ const out = { ok: false };
 try {
   const page = await browser.newPage();
   await page.setViewport({ width: 1100, height: 1200 });
-  page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
+  // Every console line of the page and its workers, for the report when a step fails.
+  out.console = [];
+  page.on("console", (m) => out.console.push(`${m.type()}: ${m.text()}`));
+  page.on("pageerror", (e) => out.console.push(`pageerror: ${e.message}`));
   await page.goto(`${base}/`);
   out.userAgent = await page.evaluate(() => navigator.userAgent);
   out.isolated = await page.evaluate(() => self.crossOriginIsolated);
@@ -64,8 +67,9 @@ try {
     /done in/.test(out.run) && out.cells.length === 4 &&
     out.cells.every((c, i) => c.index === i && c.text.length > 0 && c.finish);
 } catch (e) {
-  out.error = String(e.stack || e);
+  out.error = String(e.stack || e) + (e.cause ? `\ncaused by: ${e.cause.stack || e.cause}` : "");
 } finally {
+  if (out.ok) delete out.console;
   console.log(JSON.stringify(out));
   if (!out.ok) process.exitCode = 1;
   await browser.close();

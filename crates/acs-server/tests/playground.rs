@@ -17,6 +17,45 @@ use std::process::Command;
 
 use common::{Server, default_model, make_key, temp_dir};
 
+/// tests/browser, where the scripts that drive the browsers live.
+const BROWSER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
+
+/// A screenshot's path, outside the test's data (which goes when the test passes).
+fn screenshot(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Runs `node SCRIPT BASE ARGS…` in tests/browser against `server` and returns the one
+/// JSON line it prints, which must say `"ok": true`.
+fn drive(server: &Server, script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let out = Command::new("node")
+        .current_dir(BROWSER)
+        .arg(script)
+        .arg(&server.base)
+        .args(args)
+        .output()
+        .expect("node runs (tests/browser needs `npm ci`)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}: {stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    result
+}
+
+/// Checks that the script left a real screenshot at `shot`, and says where.
+fn check_screenshot(shot: &std::path::Path) {
+    assert!(
+        std::fs::metadata(shot).unwrap().len() > 10_000,
+        "a real screenshot"
+    );
+    println!("screenshot: {}", shot.display());
+}
+
 #[test]
 fn the_playground_samples_two_prompts_in_chromium() {
     for pkg in ["pkg", "pkg-threads"] {
@@ -33,27 +72,12 @@ fn the_playground_samples_two_prompts_in_chromium() {
     let key = make_key(&data, 100_000, 4);
     let model = default_model();
     let server = Server::start(&data, &model, &["--serve-model-file"]);
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
-    // Outside `data`, which goes when the test passes.
-    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground.png");
-    let out = Command::new("node")
-        .current_dir(dir)
-        .arg("playground.mjs")
-        .arg(&server.base)
-        .arg(&key)
-        .arg(&shot)
-        .arg(&model)
-        .output()
-        .expect("node runs (tests/browser needs `npm ci`)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
+    let shot = screenshot("playground.png");
+    let result = drive(
+        &server,
+        "playground.mjs",
+        &[key.as_ref(), shot.as_ref(), model.as_ref()],
     );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(result["ok"], true, "{result}");
     // What a reader of the test log wants to know: load times and decode speed.
     println!(
         "in-browser: first load {} ms ({}), cached reload {} ms; wasm memory {} bytes for a {}-byte model; {} | {}",
@@ -79,11 +103,7 @@ fn the_playground_samples_two_prompts_in_chromium() {
         "remote: {} | {}",
         result["remote"]["status"], result["remote"]["usage"]
     );
-    assert!(
-        std::fs::metadata(&shot).unwrap().len() > 10_000,
-        "a real screenshot"
-    );
-    println!("screenshot: {}", shot.display());
+    check_screenshot(&shot);
 }
 
 /// The playground in headless Firefox (tests/browser/firefox.mjs: Debian's firefox-esr
@@ -93,26 +113,9 @@ fn the_playground_samples_two_prompts_in_chromium() {
 #[test]
 fn the_playground_runs_in_firefox_on_the_cpu_threads() {
     let data = temp_dir("playground-firefox");
-    let model = default_model();
-    let server = Server::start(&data, &model, &["--serve-model-file"]);
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
-    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground-firefox.png");
-    let out = Command::new("node")
-        .current_dir(dir)
-        .arg("firefox.mjs")
-        .arg(&server.base)
-        .arg(&shot)
-        .output()
-        .expect("node runs (tests/browser needs `npm ci`)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(result["ok"], true, "{result}");
+    let server = Server::start(&data, &default_model(), &["--serve-model-file"]);
+    let shot = screenshot("playground-firefox.png");
+    let result = drive(&server, "firefox.mjs", &[shot.as_ref()]);
     println!(
         "firefox: {} | {} | WebGPU: {} | a missing model: {} | WebGPU asked for: {}",
         result["userAgent"],
@@ -121,11 +124,7 @@ fn the_playground_runs_in_firefox_on_the_cpu_threads() {
         result["missing"]["text"],
         result["noWebGpu"]["text"]
     );
-    assert!(
-        std::fs::metadata(&shot).unwrap().len() > 10_000,
-        "a real screenshot"
-    );
-    println!("screenshot: {}", shot.display());
+    check_screenshot(&shot);
 }
 
 /// Runs `program args` in `dir`; panics with its output when it fails.
@@ -155,7 +154,7 @@ fn the_npm_package_installs_type_checks_and_runs_its_example() {
     let site = data.join("site");
     std::fs::create_dir_all(&site).unwrap();
     let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web");
-    let browser = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser"));
+    let browser = std::path::Path::new(BROWSER);
     let site_arg = site.to_str().unwrap();
     let tarball = run_in(
         browser,
@@ -207,21 +206,7 @@ fn the_npm_package_installs_type_checks_and_runs_its_example() {
     std::fs::copy(package.join("example/index.html"), site.join("index.html")).unwrap();
     let model = default_model();
     let server = Server::start(&data, &model, &["--serve-model-file", "--web", site_arg]);
-    let out = Command::new("node")
-        .current_dir(browser)
-        .arg("example.mjs")
-        .arg(&server.base)
-        .output()
-        .expect("node runs (tests/browser needs `npm ci`)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(result["ok"], true, "{result}");
+    let result = drive(&server, "example.mjs", &[]);
     println!("the npm package's example page: {}", result["lines"]);
 }
 
@@ -232,29 +217,31 @@ fn the_npm_package_installs_type_checks_and_runs_its_example() {
 #[test]
 fn a_lost_gpu_device_reloads_the_model_on_the_cpu() {
     let data = temp_dir("device-lost");
-    let model = default_model();
-    let server = Server::start(&data, &model, &["--serve-model-file"]);
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser");
-    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("device-lost.png");
-    let out = Command::new("node")
-        .current_dir(dir)
-        .arg("device_lost.mjs")
-        .arg(&server.base)
-        .arg(&shot)
-        .output()
-        .expect("node runs (tests/browser needs `npm ci`)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(result["ok"], true, "{result}");
+    let server = Server::start(&data, &default_model(), &["--serve-model-file"]);
+    let shot = screenshot("device-lost.png");
+    let result = drive(&server, "device_lost.mjs", &[shot.as_ref()]);
     println!(
         "a lost GPU: {} | then {}",
         result["during"]["message"], result["after"]["load"]
     );
     println!("screenshot: {}", shot.display());
+}
+
+/// The models a visitor keeps (tests/browser/models.mjs): the served model listed in
+/// the cache with its size, read from there while the server's file is the same,
+/// downloaded again when it changes and when it changes back, deleted from the list,
+/// and loaded without a copy, said in plain words, when the site's quota is too small.
+#[test]
+fn the_playground_keeps_lists_revalidates_and_deletes_models() {
+    let data = temp_dir("models");
+    let server = Server::start(&data, &default_model(), &["--serve-model-file"]);
+    let shot = screenshot("models.png");
+    let result = drive(&server, "models.mjs", &[shot.as_ref()]);
+    for l in result["loads"].as_array().unwrap() {
+        println!(
+            "{}: from the cache {} | {}",
+            l["label"], l["fromCache"], l["text"]
+        );
+    }
+    check_screenshot(&shot);
 }

@@ -170,6 +170,18 @@ impl Acs {
         }
     }
 
+    /// What a runnable model file's header says (`{family, n_layers, d_model, vocab,
+    /// context, formats, weight_bytes}`), from a prefix that holds the whole header
+    /// (after [`Acs::inspect_header`] answered 0); `null` while it ends inside it.
+    #[wasm_bindgen(js_name = describeHeader)]
+    pub fn describe_header(prefix: &[u8]) -> Result<JsValue, JsValue> {
+        match load::summarize(prefix) {
+            Ok(Some(summary)) => Ok(to_js(&summary)),
+            Ok(None) => Ok(JsValue::NULL),
+            Err(e) => Err(load_error(e)),
+        }
+    }
+
     /// Loads a GGUF model from a `ReadableStream` of its bytes (a `fetch` body, a
     /// Cache API response, `file.stream()`), uploading each tensor to the GPU as it
     /// arrives; `onProgress({loaded, tensors, tensors_total})` hears how far it got

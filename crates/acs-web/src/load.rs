@@ -241,6 +241,57 @@ pub fn inspect(prefix: &[u8]) -> Result<Option<u64>, LoadError> {
     }
 }
 
+/// What a model file's header says, for a page to show before the download: the
+/// family and shape, the weight formats (tensors of each), and the bytes of the
+/// weights, which the CPU backend holds in wasm memory and WebGPU on the device.
+#[derive(Debug, serde::Serialize)]
+pub struct HeaderSummary {
+    /// `general.architecture`'s family.
+    pub family: &'static str,
+    /// Blocks.
+    pub n_layers: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Tokens in the vocabulary.
+    pub vocab: usize,
+    /// The context window the file declares.
+    pub context: usize,
+    /// Tensors of each weight format, by ggml's name of it.
+    pub formats: std::collections::BTreeMap<String, usize>,
+    /// Bytes of all tensors.
+    pub weight_bytes: u64,
+}
+
+/// [`HeaderSummary`] of a whole header (a prefix [`inspect`] found complete and
+/// runnable); `None` while `prefix` ends inside the header.
+pub fn summarize(prefix: &[u8]) -> Result<Option<HeaderSummary>, LoadError> {
+    let header = match GgufHeader::parse(prefix)? {
+        HeaderParse::NeedMore { .. } => return Ok(None),
+        HeaderParse::Complete(header) => header,
+    };
+    let model = Model::from_header(&header)?;
+    let c = &model.config;
+    let mut formats = std::collections::BTreeMap::new();
+    let mut weight_bytes = 0u64;
+    for t in &header.tensors {
+        *formats.entry(format!("{:?}", t.ty)).or_insert(0) += 1;
+        let cols = t.dims.first().copied().unwrap_or(1);
+        let rows: u64 = t.dims.iter().skip(1).product();
+        // Model::from_header checked each tensor's rows hold whole blocks.
+        let row = t.ty.row_bytes(cols as usize).unwrap_or(0) as u64;
+        weight_bytes += row * rows;
+    }
+    Ok(Some(HeaderSummary {
+        family: c.family.name(),
+        n_layers: c.n_layers,
+        d_model: c.d_model,
+        vocab: c.vocab,
+        context: c.context,
+        formats,
+        weight_bytes,
+    }))
+}
+
 /// The CPU backend over a whole file.
 pub fn cpu(bytes: Vec<u8>) -> Result<(Arc<Model>, Device), LoadError> {
     let file = Arc::new(GgufFile::from_vec(bytes)?);

@@ -186,8 +186,8 @@ function idbPut(key, value) {
 }
 
 // A package's compiled module, from its fetched bytes rather than through
-// `instantiateStreaming`, which in Firefox at times never settles (one start in ten
-// or so of the shared-memory build under load, the page's main thread stalled too).
+// `instantiateStreaming`, which in Firefox at times never settles for the
+// shared-memory build on a busy machine, and stalls the page's main thread with it.
 async function compiled(dir) {
   const url = new URL(`./${dir}/acs_web_bg.wasm`, import.meta.url);
   const resp = await fetch(url);

@@ -22,7 +22,7 @@
 // the page is cross-origin isolated (browsers lend shared memory to no other page);
 // else web/pkg, on this one thread.
 
-import { MODEL_CACHE, changedSince, copyHeaders, isQuotaError, quotaMessage } from "./models.js";
+import { MODEL_CACHE, changedSince, copyHeaders, isQuotaError, quotaMessage, uncachedMessage } from "./models.js";
 
 // The default of threads: the device's cores, at most this many (a token's weights
 // stream from memory, which a few cores already keep busy).
@@ -142,10 +142,13 @@ async function modelStream(m) {
     try {
       await cache.put(url, new Response(body, { headers: copyHeaders(resp, total) }));
     } catch (e) {
-      if (!isQuotaError(e)) throw e;
+      // No room (the quota), or a copy the browser will not keep (Chromium's cache
+      // answers a network error for a file of several GB): the model streams from the
+      // network once more.
       await cache.delete(url);
       const again = await download();
-      return { stream: again.body, total, fromCache, uncached: await quotaMessage(total) };
+      const uncached = isQuotaError(e) ? await quotaMessage(total) : uncachedMessage(e, total);
+      return { stream: again.body, total, fromCache, uncached };
     }
     hit = await cache.match(url);
   }

@@ -82,8 +82,9 @@ async function ok(resp) {
 
 const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
 
-// The wasm CPU backend addresses 4 GiB, the weights included.
-const WASM_MEMORY = 4 * 2 ** 30;
+// The largest file the wasm CPU backend takes (acs-web's CPU_MAX_FILE: wasm32 addresses
+// 4 GiB, and the engine needs room beside the weights).
+const CPU_MAX_FILE = 3 * 2 ** 30;
 
 // A model's header in a line: family, shape, weight formats, and what the weights need
 // in memory against what the device says it has (`navigator.deviceMemory`, in GB,
@@ -91,8 +92,8 @@ const WASM_MEMORY = 4 * 2 ** 30;
 function describe(h, total) {
   const formats = Object.entries(h.formats).map(([f, n]) => `${f}×${n}`).join(" ");
   const device = navigator.deviceMemory ? `, this device about ${navigator.deviceMemory} GB` : "";
-  const tooBig = h.weight_bytes > WASM_MEMORY && $("backend").value === "cpu"
-    ? " (over the 4 GiB the CPU backend can hold: use WebGPU)" : "";
+  const tooBig = h.weight_bytes > CPU_MAX_FILE && $("backend").value === "cpu"
+    ? " (over the 3 GiB the CPU backend holds: use WebGPU)" : "";
   return `${h.family} · ${h.n_layers} layers · d_model ${h.d_model} · ${formats}` +
     `${total ? ` · a ${mb(total)} file` : ""} · its weights need ${mb(h.weight_bytes)} of memory${device}${tooBig}`;
 }

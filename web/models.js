@@ -89,3 +89,9 @@ export async function quotaMessage(bytes) {
     `${mb(usage)} used of ${mb(quota)}): it was loaded without a copy, so a reload downloads it ` +
     "again. Delete cached models to make room.";
 }
+
+/** Any other refusal to keep a copy, in plain words with the browser's own. */
+export function uncachedMessage(e, bytes) {
+  return `the browser would not keep a copy of this ${mb(bytes)} model (${e?.message || e}): it was ` +
+    "loaded without one, so a reload downloads it again.";
+}

@@ -17,6 +17,8 @@ export interface HeaderSummary {
   formats: Record<string, number>;
   /** Bytes of the weights: wasm memory on the CPU backend, GPU memory on WebGPU. */
   weight_bytes: number;
+  /** Bytes of the largest tensor, which WebGPU binds whole. */
+  largest_tensor_bytes: number;
 }
 
 /**

@@ -86,16 +86,30 @@ const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
 // 4 GiB, and the engine needs room beside the weights).
 const CPU_MAX_FILE = 3 * 2 ** 30;
 
+// The largest buffer this browser's GPU binds (WebGPU's adapter limits), or null
+// without WebGPU.
+async function gpuBinding() {
+  const adapter = await navigator.gpu?.requestAdapter().catch(() => null);
+  return adapter ? Math.min(adapter.limits.maxStorageBufferBindingSize, adapter.limits.maxBufferSize) : null;
+}
+
 // A model's header in a line: family, shape, weight formats, and what the weights need
-// in memory against what the device says it has (`navigator.deviceMemory`, in GB,
-// rounded and capped by the browser; Chromium's).
-function describe(h, total) {
+// against what the device offers: memory (`navigator.deviceMemory`, in GB, rounded and
+// capped by the browser; Chromium's) and, for WebGPU, the largest buffer its GPU binds.
+async function describe(h, total) {
+  const backend = $("backend").value;
   const formats = Object.entries(h.formats).map(([f, n]) => `${f}×${n}`).join(" ");
   const device = navigator.deviceMemory ? `, this device about ${navigator.deviceMemory} GB` : "";
-  const tooBig = h.weight_bytes > CPU_MAX_FILE && $("backend").value === "cpu"
-    ? " (over the 3 GiB the CPU backend holds: use WebGPU)" : "";
+  let fits = "";
+  if (backend === "cpu" && h.weight_bytes > CPU_MAX_FILE) fits = " (over the 3 GiB the CPU backend holds: use WebGPU)";
+  const binding = backend === "cpu" ? null : await gpuBinding();
+  if (binding !== null && h.largest_tensor_bytes > binding) {
+    fits = ` (its largest tensor, ${mb(h.largest_tensor_bytes)}, is over the ${mb(binding)} this GPU binds: ` +
+      "WebGPU cannot load it)";
+  }
   return `${h.family} · ${h.n_layers} layers · d_model ${h.d_model} · ${formats}` +
-    `${total ? ` · a ${mb(total)} file` : ""} · its weights need ${mb(h.weight_bytes)} of memory${device}${tooBig}`;
+    `${total ? ` · a ${mb(total)} file` : ""} · its weights need ${mb(h.weight_bytes)} of memory${device}` +
+    `${binding !== null ? `, its largest tensor ${mb(h.largest_tensor_bytes)} of the ${mb(binding)} the GPU binds` : ""}${fits}`;
 }
 
 // The model URLs loaded lately, offered under the URL field.
@@ -181,8 +195,10 @@ $("load").addEventListener("click", async () => {
       onProgress: (p) => {
         if (p.phase === "header") {
           status.dataset.header = JSON.stringify(p.header);
-          header = describe(p.header, p.total);
-          status.textContent = header;
+          describe(p.header, p.total).then((line) => {
+            header = line;
+            status.textContent = line;
+          });
           return;
         }
         if (p.total) bar.value = p.loaded / p.total;

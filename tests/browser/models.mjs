@@ -67,6 +67,7 @@ try {
   const h = first.header;
   out.ok = size > 0 && h?.family === "llama" && h.n_layers === 30 && h.d_model === 576 && h.formats.Q4_1 > 0 &&
     h.weight_bytes > 0.9 * size && h.weight_bytes < size && second.header === null &&
+    h.largest_tensor_bytes > 0 && h.largest_tensor_bytes < h.weight_bytes / 2 &&
     !first.fromCache && listed(first) && second.fromCache && listed(second) &&
     !changed.fromCache && changed.header !== null && listed(changed) && same.fromCache && listed(same) &&
     !afterDelete.fromCache && listed(afterDelete) &&

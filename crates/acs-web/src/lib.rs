@@ -171,7 +171,8 @@ impl Acs {
     }
 
     /// What a runnable model file's header says (`{family, n_layers, d_model, vocab,
-    /// context, formats, weight_bytes}`), from a prefix that holds the whole header
+    /// context, formats, weight_bytes, largest_tensor_bytes}`), from a prefix that
+    /// holds the whole header
     /// (after [`Acs::inspect_header`] answered 0); `null` while it ends inside it.
     #[wasm_bindgen(js_name = describeHeader)]
     pub fn describe_header(prefix: &[u8]) -> Result<JsValue, JsValue> {

@@ -260,6 +260,8 @@ pub struct HeaderSummary {
     pub formats: std::collections::BTreeMap<String, usize>,
     /// Bytes of all tensors.
     pub weight_bytes: u64,
+    /// Bytes of the largest tensor, which WebGPU binds whole.
+    pub largest_tensor_bytes: u64,
 }
 
 /// [`HeaderSummary`] of a whole header (a prefix [`inspect`] found complete and
@@ -272,14 +274,15 @@ pub fn summarize(prefix: &[u8]) -> Result<Option<HeaderSummary>, LoadError> {
     let model = Model::from_header(&header)?;
     let c = &model.config;
     let mut formats = std::collections::BTreeMap::new();
-    let mut weight_bytes = 0u64;
+    let (mut weight_bytes, mut largest_tensor_bytes) = (0u64, 0u64);
     for t in &header.tensors {
         *formats.entry(format!("{:?}", t.ty)).or_insert(0) += 1;
         let cols = t.dims.first().copied().unwrap_or(1);
         let rows: u64 = t.dims.iter().skip(1).product();
         // Model::from_header checked each tensor's rows hold whole blocks.
-        let row = t.ty.row_bytes(cols as usize).unwrap_or(0) as u64;
-        weight_bytes += row * rows;
+        let bytes = t.ty.row_bytes(cols as usize).unwrap_or(0) as u64 * rows;
+        weight_bytes += bytes;
+        largest_tensor_bytes = largest_tensor_bytes.max(bytes);
     }
     Ok(Some(HeaderSummary {
         family: c.family.name(),
@@ -289,6 +292,7 @@ pub fn summarize(prefix: &[u8]) -> Result<Option<HeaderSummary>, LoadError> {
         context: c.context,
         formats,
         weight_bytes,
+        largest_tensor_bytes,
     }))
 }
 

@@ -19,6 +19,8 @@ export interface HeaderSummary {
   weight_bytes: number;
   /** Bytes of the largest tensor, which WebGPU binds whole. */
   largest_tensor_bytes: number;
+  /** Files the model is in (more than 1 for a split model). */
+  parts: number;
 }
 
 /**
@@ -36,13 +38,19 @@ export interface Progress {
   /** Tensors on the GPU so far (WebGPU only). */
   tensors?: number;
   tensorsTotal?: number;
+  /** With phase "download": how often the download broke off and resumed. */
+  resumes?: number;
 }
 
 export interface StartOptions {
-  /** A GGUF file's URL: fetched with progress (its header first), then kept in the Cache API. */
+  /**
+   * A GGUF file's URL: fetched with progress (its header first), then kept in the
+   * Cache API; a download that breaks off resumes where it stopped. A split model's
+   * first file (`NAME-00001-of-0000N.gguf`) brings the others from beside it.
+   */
   url?: string;
-  /** A GGUF file the user picked (never cached). */
-  file?: Blob;
+  /** A GGUF file the user picked (never cached), or a split model's files. */
+  file?: Blob | File[];
   backend?: Backend;
   /** A Budget for the page: requests then take Holds and are charged as on a server. */
   budget?: { tokens: number; maxRunning?: number };
@@ -63,6 +71,11 @@ export interface StartOptions {
   onLost?: (reason: string) => void;
   /** The model loaded again on the CPU after `onLost` (`info` null and `error` set if it failed). */
   onRecovered?: (info: LoadInfo | null, error?: AcsError) => void;
+  /**
+   * Run the engine in a SharedWorker: the pages of this origin that start with the
+   * same model and backend share one engine (its memory, GPU device, Budget and jobs).
+   */
+  shared?: boolean;
   /** Where acs-worker.js is (default: beside acs-client.js). */
   workerUrl?: string | URL;
 }
@@ -75,8 +88,12 @@ export interface LoadInfo {
   models: ModelList;
   loadMs: number;
   fromCache: boolean;
-  /** The file's size. */
+  /** The file's size (the files' together for a split model). */
   bytes: number;
+  /** Files the model came in. */
+  parts: number;
+  /** How often a download broke off and resumed. */
+  resumes: number;
   /** The engine's wasm memory after loading. */
   wasmMemory: number;
   /** The CPU backend's threads. */
@@ -85,8 +102,15 @@ export interface LoadInfo {
   sharedMemory: boolean;
   /** Why no copy of the file was kept (the site's storage is full), in plain words. */
   uncached?: string;
-  /** Whether the browser keeps the site's storage from eviction (asked after a download). */
+  /**
+   * Whether the browser keeps the site's storage from eviction: asked after a download,
+   * set once the browser answers (Firefox asks the visitor).
+   */
   persisted?: boolean;
+  /** Whether the engine runs in a SharedWorker. */
+  shared: boolean;
+  /** Whether this page joined a shared engine that another page had loaded. */
+  attached?: boolean;
   /** Whether this is the load again on the CPU after the GPU was lost. */
   recovered?: boolean;
   /** Why the GPU was lost, once it was. */
@@ -297,6 +321,8 @@ export interface CachedModel {
 
 /** The cached model files, newest first. */
 export function cachedModels(): Promise<CachedModel[]>;
+/** A split model's file URLs from its first file's (`NAME-00001-of-0000N.gguf`); else `[url]`. */
+export function partUrls(url: string): string[];
 /** Deletes the cached copy of `url`; resolves to whether there was one. */
 export function deleteCachedModel(url: string): Promise<boolean>;
 /** What this site stores and may store, in bytes, and whether its storage is persistent. */

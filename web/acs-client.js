@@ -8,7 +8,7 @@
 //   const client = new OpenAI({ apiKey: "local", baseURL: "http://acs.local/v1",
 //                               fetch: acs.fetch, dangerouslyAllowBrowser: true });
 
-export { cachedModels, deleteCachedModel, storageUse } from "./models.js";
+export { cachedModels, deleteCachedModel, partUrls, storageUse } from "./models.js";
 
 /** An error of the contract: `status` and the JSON `body` ({error: {...}}). */
 export class AcsError extends Error {
@@ -21,14 +21,18 @@ export class AcsError extends Error {
 }
 
 export class AcsBrowser {
+  // The worker, or the shared worker's port.
   #worker;
+  #shared = false;
   #next = 1;
   #calls = new Map();
   #events = {};
 
   /**
-   * Starts the worker and loads a model: `url` (fetched with progress, then kept in
-   * the Cache API) or `file` (a File the user picked). `backend`: "auto" (WebGPU
+   * Starts the worker and loads a model: `url` (fetched with progress, resuming where
+   * a download breaks off, then kept in the Cache API; a split model's first file,
+   * `NAME-00001-of-0000N.gguf`, brings the others) or `file` (a File the user picked,
+   * or a split model's Files). `backend`: "auto" (WebGPU
    * on a hardware GPU, else the CPU), "webgpu" (software adapters too) or "cpu". `budget`: {tokens,
    * maxRunning} to hold and charge requests as a server does. `threads`: the CPU
    * backend's threads (default: the device's cores, at most 8); more than one needs a
@@ -36,18 +40,32 @@ export class AcsBrowser {
    * engine runs on one. Resolves once loaded, with `info` = {backend, models, loadMs,
    * fromCache, bytes, threads, sharedMemory, uncached, persisted}: `uncached` says in
    * plain words why no copy was kept (the site's storage is full), `persisted` whether
-   * the browser keeps the site's storage from eviction.
+   * the browser keeps the site's storage from eviction (set once the browser answers
+   * the request made after a download).
+   *
+   * `shared`: run the engine in a SharedWorker, so that the pages of this origin that
+   * start with the same model and backend (other tabs, a page reloaded while another
+   * keeps it) share one engine, its memory, its GPU device, its Budget and its jobs;
+   * a page that joins an engine another page loaded resolves at once, with
+   * `info.attached`. The engine ends when its last page has gone.
    *
    * If the GPU device is lost (a driver reset, the GPU process gone), the engine loads
    * the model again on the CPU: `onLost(reason)` hears it, requests meanwhile fail with
    * 503 `gpu_device_lost`, `onProgress` hears the load, and `onRecovered(info)` its end
    * (`info` then names the CPU backend; `onRecovered(null, error)` if it failed).
    */
-  static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, onProgress,
-                       onLost, onRecovered, workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
+  static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, shared = false,
+                       onProgress, onLost, onRecovered, workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
     const acs = new AcsBrowser();
     acs.#events = { onProgress, onLost, onRecovered };
-    acs.#worker = new Worker(workerUrl, { type: "module" });
+    let worker;
+    if (shared) {
+      worker = new SharedWorker(workerUrl, { type: "module", name: sharedName(url, file, backend, modelId) });
+      acs.#worker = worker.port;
+      acs.#shared = true;
+    } else {
+      worker = acs.#worker = new Worker(workerUrl, { type: "module" });
+    }
     acs.info = await new Promise((resolve, reject) => {
       acs.#worker.onmessage = (ev) => {
         const m = ev.data;
@@ -55,15 +73,16 @@ export class AcsBrowser {
         else if (m.type === "loaded") resolve(m);
         else if (m.type === "error") reject(new AcsError(m.error));
       };
-      acs.#worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
+      worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
       acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads });
     });
     acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
     // A model just downloaded into the cache: ask the browser to keep the site's
     // storage rather than evict it under pressure (only pages may ask; the browser
-    // decides, and says whether it does).
+    // decides, and says whether it does, in `info.persisted` once it answered). Not
+    // awaited: Firefox asks the visitor, and a prompt may never be answered.
     if (url && !acs.info.fromCache && !acs.info.uncached) {
-      acs.info.persisted = (await navigator.storage?.persist?.().catch(() => false)) ?? false;
+      navigator.storage?.persist?.().then((p) => { acs.info.persisted = p; }, () => {});
     }
     return acs;
   }
@@ -113,7 +132,12 @@ export class AcsBrowser {
   budget() { return this.#call("budget", []); }
   setBudget(tokens, maxRunning) { return this.#call("setBudget", [tokens, maxRunning]); }
   stats() { return this.#call("stats", []); }
-  terminate() { this.#worker.terminate(); }
+  /** Ends the engine; a shared engine goes on for its other pages, if any. */
+  terminate() {
+    if (!this.#shared) return this.#worker.terminate();
+    this.#worker.postMessage({ type: "close" });
+    this.#worker.close();
+  }
 
   /**
    * A `fetch` for the contract's routes (any host; the path from `/v1` on counts).
@@ -192,6 +216,13 @@ export class AcsBrowser {
     );
     return new Response(sse, { status: 200, headers: { "content-type": "text/event-stream" } });
   }
+}
+
+// The shared worker of a model: one per model source, backend and id, so that only
+// pages that load the same model share an engine.
+function sharedName(url, file, backend, modelId) {
+  const files = file ? [file].flat().map((f) => `${f.name}:${f.size}`) : [new URL(url, location.href).href];
+  return `acs ${JSON.stringify({ files, backend, modelId })}`;
 }
 
 function json(status, value, extra = {}) {

@@ -1,12 +1,16 @@
-// The engine's dedicated Web Worker: it owns the GPU device and the model, so the page
-// never stalls while a batch steps. The page talks to it by messages (acs-client.js):
+// The engine's Web Worker: it owns the GPU device and the model, so the page never
+// stalls while a batch steps. A dedicated worker serves one page; as a shared worker
+// (`AcsBrowser.start({ shared: true })`) it serves every page of the origin that
+// connects to it, one engine for all. A page talks to it by messages (acs-client.js):
 //
-//   page → worker  {type:"load", url | file, backend, budget, modelId, threads}
+//   page → worker  {type:"load", url | file (a File, or a split model's Files),
+//                   backend, budget, modelId, threads}
 //                  {type:"call", id, method, args}      {type:"abort", id}
+//                  {type:"close"}  (a page leaves the shared worker)
 //   worker → page  {type:"progress", phase: "header" | "download" | "load", loaded,
-//                   total, tensors, tensorsTotal, fromCache, header}
-//                  {type:"loaded", backend, models, loadMs, fromCache, uncached, bytes,
-//                   wasmMemory, threads, sharedMemory}
+//                   total, tensors, tensorsTotal, fromCache, header, resumes}
+//                  {type:"loaded", backend, models, loadMs, fromCache, uncached, resumes,
+//                   parts, bytes, wasmMemory, threads, sharedMemory, shared, attached}
 //                  {type:"chunk", id, chunk}  {type:"result", id, value}
 //                  {type:"error", id?, error:{name, message, status, body}}
 //                  {type:"lost", reason}  (the GPU device was lost: the model loads
@@ -22,7 +26,7 @@
 // the page is cross-origin isolated (browsers lend shared memory to no other page);
 // else web/pkg, on this one thread.
 
-import { MODEL_CACHE, changedSince, copyHeaders, isQuotaError, quotaMessage, uncachedMessage } from "./models.js";
+import { MODEL_CACHE, SOURCE_URL, changedSince, copyHeaders, isQuotaError, partUrls, quotaMessage, uncachedMessage } from "./models.js";
 
 // The default of threads: the device's cores, at most this many (a token's weights
 // stream from memory, which a few cores already keep busy).
@@ -34,43 +38,62 @@ let acs = null;
 let loaded = null;
 let source = null;
 let recovering = null;
-const aborts = new Map();
 // How often an idle engine is checked for a lost GPU device.
 const LOST_CHECK_MS = 1000;
 
-self.onmessage = async (ev) => {
-  const m = ev.data;
+// The pages this worker answers, each {post, aborts}: a dedicated worker's one page,
+// or every page connected to the shared worker (`AcsBrowser.start({ shared: true })`:
+// the pages of one origin that load the same model share this one engine).
+const pages = new Set();
+// The first load's promise of its "loaded" message, which a shared worker's later
+// pages wait on instead of loading the model again.
+let loading = null;
+
+function connect(port) {
+  const page = { post: (msg) => port.postMessage(msg), aborts: new Map() };
+  pages.add(page);
+  port.onmessage = async (ev) => {
+    const m = ev.data;
+    try {
+      if (m.type === "load") page.post(await loadFor(m));
+      else if (m.type === "call") await call(page, m);
+      else if (m.type === "abort") page.aborts.get(m.id)?.abort();
+      else if (m.type === "close") {
+        for (const ctl of page.aborts.values()) ctl.abort();
+        pages.delete(page);
+      }
+    } catch (e) {
+      page.post({ type: "error", id: m.id, error: errorOf(e) });
+    }
+  };
+}
+
+if ("onconnect" in self) self.onconnect = (ev) => connect(ev.ports[0]);
+else connect(self);
+
+function broadcast(msg) {
+  for (const page of pages) page.post(msg);
+}
+
+// A page's load: the model, or in a shared worker that already has it (or is loading
+// it), the engine as it is, its "loaded" message marked `attached`.
+async function loadFor(m) {
+  if (loading) return { ...(await loading), attached: true };
+  loading = load(m);
   try {
-    if (m.type === "load") await load(m);
-    else if (m.type === "call") await call(m);
-    else if (m.type === "abort") aborts.get(m.id)?.abort();
+    return await loading;
   } catch (e) {
-    self.postMessage({ type: "error", id: m.id, error: errorOf(e) });
+    loading = null;
+    throw e;
   }
-};
+}
 
 function errorOf(e) {
   return { name: e?.name || "Error", message: String(e?.message || e), status: e?.status, body: e?.body };
 }
 
 function progress(p) {
-  self.postMessage({ type: "progress", ...p });
-}
-
-// A body stream that reports the bytes passing through it.
-function counted(body, total, report) {
-  let loaded = 0;
-  let last = 0;
-  return body.pipeThrough(new TransformStream({
-    transform(chunk, ctl) {
-      loaded += chunk.length;
-      if (loaded - last >= 1 << 20 || loaded === total) {
-        last = loaded;
-        report(loaded);
-      }
-      ctl.enqueue(chunk);
-    },
-  }));
+  broadcast({ type: "progress", ...p });
 }
 
 // The first `n` bytes of a body (fewer if it is shorter); the rest is not read.
@@ -89,70 +112,190 @@ async function firstBytes(body, n) {
   return out.subarray(0, len);
 }
 
-// Reads the file's GGUF header before the file is fetched whole: a model the engine
-// does not run (its architecture, a weight format, its RoPE scaling) is refused after
-// a few MiB, not after gigabytes into the cache. Asks for a growing prefix (a Range
-// request; a server that ignores it sends the file, of which only the prefix is read)
-// until the header is whole. Then tells the page what the header says (family, shape,
-// weight formats, the weights' bytes) and the file's size, before the download.
-async function checkHeader(url) {
+// How many times a download that broke off is asked for again from where it stopped,
+// and the wait before the first try (doubling after each).
+const RESUME_TRIES = 5;
+const RESUME_DELAY_MS = 500;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A prefix of a file that holds its whole GGUF header, and the file's size, from
+// `read(n)` (the file's first `n` bytes, fewer if it is shorter): a growing prefix
+// until the header is whole. A model the engine does not run (its architecture, a
+// weight format, its RoPE scaling) is refused here, after a few MiB, not after
+// gigabytes into the cache.
+async function headerOf(read, name) {
   let size = 1 << 20;
   for (;;) {
-    const resp = await fetch(url, { headers: { range: `bytes=0-${size - 1}` } });
-    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
-    const total = Number(resp.headers.get("content-range")?.split("/")[1]) || Number(resp.headers.get("content-length")) || 0;
-    const prefix = await firstBytes(resp.body, size);
+    const { prefix, total, finalUrl } = await read(size);
     const need = Acs.inspectHeader(prefix);
-    if (need === 0) {
-      progress({ phase: "header", header: Acs.describeHeader(prefix), total, loaded: 0 });
-      return;
-    }
-    if (prefix.length < size) throw new Error(`the model at ${url} ends inside its GGUF header`);
+    if (need === 0) return { prefix, total, finalUrl };
+    if (prefix.length < size) throw new Error(`the model at ${name} ends inside its GGUF header`);
     size = Math.max(need, 2 * size);
   }
 }
 
-// The model file as a stream, never whole in memory: a picked file as it is; a URL
-// first into the Cache API (streamed to disk, with download progress) and then read
-// back from there, so that a reload finds it. A cached copy is used only while the
-// server's file is the same (`changedSince`); a URL's header is checked before the
-// download. Where the browser has no room for the copy, the file streams from the
-// network again without one, and `uncached` says so in plain words.
-async function modelStream(m) {
-  if (m.file) return { stream: m.file.stream(), total: m.file.size, fromCache: false };
-  const url = new URL(m.url, self.location.href).href;
-  const cache = "caches" in self ? await caches.open(MODEL_CACHE) : null;
-  let hit = cache && (await cache.match(url));
-  if (hit && (await changedSince(url, hit))) {
-    await cache.delete(url);
-    hit = undefined;
-  }
-  const fromCache = Boolean(hit);
-  if (!hit) {
-    await checkHeader(url);
-    const download = async () => {
-      const resp = await fetch(url);
-      if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
-      const total = Number(resp.headers.get("content-length")) || 0;
-      const body = counted(resp.body, total, (loaded) => progress({ phase: "download", loaded, total }));
-      return { resp, total, body };
-    };
-    const { resp, total, body } = await download();
-    if (!cache) return { stream: body, total, fromCache };
-    try {
-      await cache.put(url, new Response(body, { headers: copyHeaders(resp, total) }));
-    } catch (e) {
-      // No room (the quota), or a copy the browser will not keep (Chromium's cache
-      // answers a network error for a file of several GB): the model streams from the
-      // network once more.
-      await cache.delete(url);
-      const again = await download();
-      const uncached = isQuotaError(e) ? await quotaMessage(total) : uncachedMessage(e, total);
-      return { stream: again.body, total, fromCache, uncached };
+// The header of the file at `url` before the file is fetched whole: a Range request
+// (a server that ignores it sends the file, of which only the prefix is read), and
+// where a redirect led (`finalUrl`).
+function fetchHeader(url) {
+  return headerOf(async (n) => {
+    const resp = await fetch(url, { headers: { range: `bytes=0-${n - 1}` } });
+    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+    const total = Number(resp.headers.get("content-range")?.split("/")[1]) || Number(resp.headers.get("content-length")) || 0;
+    return { prefix: await firstBytes(resp.body, n), total, finalUrl: resp.url };
+  }, url);
+}
+
+// The header of a cached copy (`hit`, a Cache API response).
+function cachedHeader(hit, url) {
+  const total = Number(hit.headers.get("content-length")) || 0;
+  const finalUrl = hit.headers.get(SOURCE_URL);
+  return headerOf(async (n) => ({ prefix: await firstBytes(hit.clone().body, n), total, finalUrl }), url);
+}
+
+// The header of a picked file.
+function fileHeader(file) {
+  return headerOf(async (n) => ({ prefix: new Uint8Array(await file.slice(0, n).arrayBuffer()), total: file.size }), file.name);
+}
+
+// The body of the file at `url` as a stream that resumes: where the connection
+// breaks off, the rest is asked for from where it stopped (a Range request whose
+// If-Range holds the file's validator, so a file changed meanwhile is not spliced
+// onto the old one's start), up to RESUME_TRIES times in a row with a growing wait.
+// `report(loaded, resumes)` hears the bytes passing; `failed.error` holds the error
+// that ended it, if any.
+function resumableBody(url, first, failed, report) {
+  const validator = first.headers.get("etag") || first.headers.get("last-modified");
+  const total = Number(first.headers.get("content-length")) || 0;
+  let reader = first.body.getReader();
+  let loaded = 0;
+  let resumes = 0;
+  let tries = 0;
+  const reopen = async () => {
+    const headers = { range: `bytes=${loaded}-` };
+    if (validator) headers["if-range"] = validator;
+    const resp = await fetch(url, { headers });
+    if (resp.status !== 206 || !resp.headers.get("content-range")?.startsWith(`bytes ${loaded}-`)) {
+      await resp.body?.cancel();
+      throw Object.assign(new Error(`the download of ${url} broke off after ${loaded} of ${total} bytes, and ` +
+        `the server cannot resume it (HTTP ${resp.status}${resp.status === 200 ? ": the file changed, or the server ignores ranges" : ""})`),
+      { final: true });
     }
-    hit = await cache.match(url);
+    return resp.body.getReader();
+  };
+  return new ReadableStream({
+    async pull(ctl) {
+      for (;;) {
+        try {
+          reader ??= await reopen();
+          const { done, value } = await reader.read();
+          if (done && (!total || loaded >= total)) return ctl.close();
+          if (done) throw new Error(`the body ended after ${loaded} of ${total} bytes`);
+          loaded += value.length;
+          tries = 0;
+          report(loaded, resumes);
+          return ctl.enqueue(value);
+        } catch (e) {
+          reader = null;
+          if (e.final || ++tries > RESUME_TRIES) {
+            failed.error = e.final ? e : new Error(`the download of ${url} broke off after ${loaded} of ${total} bytes ` +
+              `and did not resume in ${RESUME_TRIES} tries: ${e.message}`);
+            throw failed.error;
+          }
+          resumes++;
+          await sleep(RESUME_DELAY_MS * 2 ** (tries - 1));
+        }
+      }
+    },
+    cancel(reason) {
+      return reader?.cancel(reason);
+    },
+  });
+}
+
+// One file of the model from the network: downloaded into the Cache API (streamed to
+// disk, resuming where the connection breaks off) and then read back from there, so
+// that a reload finds it. Where the browser has no room for the copy, the file
+// streams from the network again without one, and `state.uncached` says so in plain
+// words. `report(loaded)` hears the download's bytes.
+async function downloadPart(url, cache, state, report) {
+  const download = async () => {
+    const resp = await fetch(url);
+    if (!resp.ok) throw new Error(`fetching the model from ${url}: HTTP ${resp.status}`);
+    const failed = {};
+    const total = Number(resp.headers.get("content-length")) || 0;
+    // A report about every MiB: a message per chunk floods the page (Firefox's main
+    // thread stalls under them).
+    let last = 0;
+    const body = resumableBody(url, resp, failed, (loaded, resumes) => {
+      state.resumes = Math.max(state.resumes, resumes);
+      if (loaded - last < 1 << 20 && loaded !== total) return;
+      last = loaded;
+      report(loaded);
+    });
+    return { resp, body, failed, total };
+  };
+  const { resp, body, failed, total } = await download();
+  if (!cache) return body;
+  try {
+    await cache.put(url, new Response(body, { headers: copyHeaders(resp, total) }));
+  } catch (e) {
+    await cache.delete(url);
+    // The download itself failed: no copy would help.
+    if (failed.error) throw failed.error;
+    // No room (the quota), or a copy the browser will not keep (Chromium's cache
+    // answers a network error for a file of several GB): the file streams from the
+    // network once more.
+    state.uncached = isQuotaError(e) ? await quotaMessage(total) : uncachedMessage(e, total);
+    return (await download()).body;
   }
-  return { stream: hit.body, total: Number(hit.headers.get("content-length")) || 0, fromCache };
+  return (await cache.match(url)).body;
+}
+
+// The model's files, never whole in memory, as `Acs.loadStream` takes them: each
+// file's header first (from its cached copy, a Range request, or the picked file),
+// told to the page with what it says; then each file's stream when its turn comes. A
+// picked file streams as it is; a URL's file comes from the Cache API, where a copy
+// is used only while the server's file is the same (`changedSince`), else it is
+// downloaded into it. A split model is several URLs (`partUrls`) or picked files.
+async function modelFiles(m) {
+  const picked = m.file ? [m.file].flat() : [];
+  picked.sort((a, b) => a.name.localeCompare(b.name));
+  const urls = picked.length ? [] : partUrls(new URL(m.url, self.location.href).href);
+  const cache = !picked.length && "caches" in self ? await caches.open(MODEL_CACHE) : null;
+  const parts = [];
+  for (const file of picked) parts.push({ file, ...(await fileHeader(file)) });
+  for (let i = 0; i < urls.length; i++) {
+    const url = urls[i];
+    let hit = cache && (await cache.match(url));
+    if (hit && (await changedSince(url, hit))) {
+      await cache.delete(url);
+      hit = undefined;
+    }
+    const part = { url, hit, ...(await (hit ? cachedHeader(hit, url) : fetchHeader(url))) };
+    parts.push(part);
+    // A URL that redirects to a split model's first file (`acs serve`'s /model.gguf
+    // of a split model) brings the others from beside where it led.
+    if (urls.length === 1 && part.finalUrl && part.finalUrl !== url) urls.push(...partUrls(part.finalUrl).slice(1));
+  }
+  const total = parts.reduce((n, p) => n + p.total, 0);
+  const header = Acs.describeHeader(parts[0].prefix, parts.slice(1).map((p) => p.prefix));
+  progress({ phase: "header", header, total, loaded: 0 });
+  const state = { uncached: undefined, resumes: 0 };
+  let before = 0;
+  const files = parts.map((p) => {
+    const offset = before;
+    before += p.total;
+    const stream = () => {
+      if (p.file) return p.file.stream();
+      if (p.hit) return p.hit.body;
+      return downloadPart(p.url, cache, state, (loaded) =>
+        progress({ phase: "download", loaded: offset + loaded, total, resumes: state.resumes }));
+    };
+    return { header: p.prefix, stream };
+  });
+  return { files, total, fromCache: parts.every((p) => p.hit), state };
 }
 
 function idb() {
@@ -254,8 +397,8 @@ async function load(m) {
   const started = performance.now();
   const { pkg, wasm } = await engine(m.threads);
   Acs = pkg.Acs;
-  // `modelStream` reads the header with the engine's own parser.
-  const { stream, total, fromCache, uncached } = await modelStream(m);
+  // `modelFiles` reads the headers with the engine's own parser.
+  const { files, total, fromCache, state } = await modelFiles(m);
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
   const options = { backend: m.backend || "auto" };
   if (m.modelId) options.modelId = m.modelId;
@@ -263,26 +406,29 @@ async function load(m) {
   if (snapshot) options.snapshot = snapshot;
   // Bytes and tensors as they reach the engine (each tensor goes to the GPU as soon
   // as its bytes are in).
-  acs = await Acs.loadStream(stream, options, (p) => progress({
+  acs = await Acs.loadStream(files, options, (p) => progress({
     phase: "load", loaded: p.loaded, total, tensors: p.tensors, tensorsTotal: p.tensors_total, fromCache,
   }));
   if (m.persist !== false) acs.onChange((s) => idbPut("snapshot", s));
   source = m;
-  self.postMessage({
+  return {
     type: "loaded",
+    shared: "onconnect" in self,
     recovered: Boolean(m.recovered),
     backend: acs.backend,
     models: acs.models(),
     loadMs: performance.now() - started,
     fromCache,
-    uncached,
+    uncached: state.uncached,
+    resumes: state.resumes,
+    parts: files.length,
     bytes: total,
     // The engine's wasm memory after loading: with WebGPU the weights live on the
     // device, so this stays well under the file's size.
     wasmMemory: wasm.memory.buffer.byteLength,
     threads: pkg.cpuThreads(),
     sharedMemory: pkg.sharedMemory(),
-  });
+  };
 }
 
 // The error of a request while the model loads again after the GPU was lost: 503, as
@@ -302,11 +448,12 @@ async function recover(reason) {
   if (recovering || !source) return;
   recovering = reason;
   acs = null;
-  self.postMessage({ type: "lost", reason });
+  broadcast({ type: "lost", reason });
   try {
-    await load({ ...source, backend: "cpu", recovered: true });
+    loading = load({ ...source, backend: "cpu", recovered: true });
+    broadcast(await loading);
   } catch (e) {
-    self.postMessage({ type: "error", error: errorOf(e) });
+    broadcast({ type: "error", error: errorOf(e) });
   } finally {
     recovering = null;
   }
@@ -317,11 +464,11 @@ setInterval(() => {
   if (reason) recover(reason);
 }, LOST_CHECK_MS);
 
-async function call(m) {
+async function call(page, m) {
   if (recovering) throw lostError(recovering);
   if (!acs) throw Object.assign(new Error("no model is loaded yet"), { status: 503 });
   try {
-    await answer(m);
+    await answer(page, m);
   } catch (e) {
     const reason = acs?.lost ?? recovering;
     if (!reason) throw e;
@@ -330,23 +477,23 @@ async function call(m) {
   }
 }
 
-async function answer(m) {
+async function answer(page, m) {
   let value;
   if (m.method === "completions" || m.method === "chatCompletions") {
     const ctl = new AbortController();
-    aborts.set(m.id, ctl);
+    page.aborts.set(m.id, ctl);
     try {
       value = await acs[m.method](m.args[0], (chunk) => {
-        self.postMessage({ type: "chunk", id: m.id, chunk });
+        page.post({ type: "chunk", id: m.id, chunk });
         return true;
       }, ctl.signal);
     } finally {
-      aborts.delete(m.id);
+      page.aborts.delete(m.id);
     }
   } else if (["createJob", "job", "jobs", "cancelJob", "jobResult", "models", "budget", "setBudget", "stats"].includes(m.method)) {
     value = await acs[m.method](...m.args);
   } else {
     throw new Error(`unknown method ${m.method}`);
   }
-  self.postMessage({ type: "result", id: m.id, value });
+  page.post({ type: "result", id: m.id, value });
 }

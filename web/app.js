@@ -107,8 +107,9 @@ async function describe(h, total) {
     fits = ` (its largest tensor, ${mb(h.largest_tensor_bytes)}, is over the ${mb(binding)} this GPU binds: ` +
       "WebGPU cannot load it)";
   }
-  return `${h.family} · ${h.n_layers} layers · d_model ${h.d_model} · ${formats}` +
-    `${total ? ` · a ${mb(total)} file` : ""} · its weights need ${mb(h.weight_bytes)} of memory${device}` +
+  const size = total ? (h.parts > 1 ? ` · ${h.parts} files of ${mb(total)} in all` : ` · a ${mb(total)} file`) : "";
+  return `${h.family} · ${h.n_layers} layers · d_model ${h.d_model} · ${formats}${size}` +
+    ` · its weights need ${mb(h.weight_bytes)} of memory${device}` +
     `${binding !== null ? `, its largest tensor ${mb(h.largest_tensor_bytes)} of the ${mb(binding)} the GPU binds` : ""}${fits}`;
 }
 
@@ -160,7 +161,9 @@ showCache();
 $("load").addEventListener("click", async () => {
   const status = $("load-status");
   const bar = $("load-progress");
-  const file = $("model-file").files[0];
+  // One file, or a split model's files (NAME-00001-of-0000N.gguf, ...).
+  const picked = [...$("model-file").files];
+  const file = picked.length > 1 ? picked : picked[0];
   local?.terminate();
   local = null;
   for (const k of ["loadMs", "fromCache", "wasmMemory", "bytes", "threads", "sharedMemory", "lost", "uncached", "header"]) delete status.dataset[k];
@@ -179,7 +182,8 @@ $("load").addEventListener("click", async () => {
     status.dataset.bytes = String(i.bytes);
     status.dataset.threads = String(i.threads);
     status.dataset.sharedMemory = String(i.sharedMemory);
-    const source = file ? `from ${file.name}` : i.fromCache ? "from the cache" : "from the network";
+    const source = picked.length ? `from ${picked.map((f) => f.name).join(", ")}`
+      : i.fromCache ? "from the cache" : "from the network";
     status.textContent = (i.recovered ? `the GPU was lost (${status.dataset.lost}); ` : "") + `loaded ${mb(i.bytes)} ${source} in ` +
       `${(i.loadMs / 1000).toFixed(2)} s · ${i.backend} · ${m.n_layers} layers · d_model ${m.d_model}` +
       ` · engine memory ${mb(i.wasmMemory)}` + (i.uncached ? ` · not kept: ${i.uncached}` : "");
@@ -203,7 +207,8 @@ $("load").addEventListener("click", async () => {
         }
         if (p.total) bar.value = p.loaded / p.total;
         status.textContent = (header ? `${header} · ` : "") + (p.phase === "download"
-          ? `downloading into the browser's cache: ${mb(p.loaded)} of ${mb(p.total)}`
+          ? `downloading into the browser's cache: ${mb(p.loaded)} of ${mb(p.total)}` +
+            (p.resumes ? ` (the connection broke off; resumed ${p.resumes === 1 ? "once" : `${p.resumes} times`})` : "")
           : `loading${p.fromCache ? " from the cache" : ""}: ${mb(p.loaded)} of ${mb(p.total)}` +
             (p.tensorsTotal ? ` · ${p.tensors} of ${p.tensorsTotal} tensors on the GPU` : ""));
       },

@@ -8,6 +8,8 @@ export const MODEL_CACHE = "acs-models-v1";
 
 // The header that records when a copy was made.
 const CACHED_AT = "x-acs-cached-at";
+// The header that records where the copy's download led (after redirects).
+export const SOURCE_URL = "x-acs-source-url";
 
 /** The cached model files: [{url, bytes, etag, lastModified, cachedAt}], newest first. */
 export async function cachedModels() {
@@ -46,7 +48,7 @@ export async function storageUse() {
 
 /** The headers a copy keeps: the body's length, the server's validators, and when it was made. */
 export function copyHeaders(resp, total) {
-  const headers = { "content-length": String(total), [CACHED_AT]: new Date().toISOString() };
+  const headers = { "content-length": String(total), [CACHED_AT]: new Date().toISOString(), [SOURCE_URL]: resp.url };
   for (const name of ["etag", "last-modified"]) {
     const v = resp.headers.get(name);
     if (v) headers[name] = v;
@@ -94,4 +96,19 @@ export async function quotaMessage(bytes) {
 export function uncachedMessage(e, bytes) {
   return `the browser would not keep a copy of this ${mb(bytes)} model (${e?.message || e}): it was ` +
     "loaded without one, so a reload downloads it again.";
+}
+
+/**
+ * The URLs of a model's files: a split model's (`NAME-00001-of-0000N.gguf`, as
+ * llama.cpp's llama-gguf-split names them) from its first file's URL, else the URL.
+ */
+export function partUrls(href) {
+  const url = new URL(href);
+  const m = /^(.*)-00001-of-(\d{5})\.gguf$/.exec(url.pathname);
+  if (!m || Number(m[2]) < 2) return [url.href];
+  return Array.from({ length: Number(m[2]) }, (_, i) => {
+    const part = new URL(url);
+    part.pathname = `${m[1]}-${String(i + 1).padStart(5, "0")}-of-${m[2]}.gguf`;
+    return part.href;
+  });
 }

@@ -1,5 +1,5 @@
 // The models a visitor keeps, in the playground in headless Chromium: the served
-// model's header is read and shown before the download (family, shape, weight formats,
+// model's header is read and shown before the download and before a copy loads (family, shape, weight formats,
 // the weights' bytes); the model is downloaded once into the Cache API and listed with
 // its size; a second load reads
 // the copy; a new file at the same URL (the server's validators changed, here by the
@@ -66,7 +66,7 @@ try {
   // its weights most of the file.
   const h = first.header;
   out.ok = size > 0 && h?.family === "llama" && h.n_layers === 30 && h.d_model === 576 && h.formats.Q4_1 > 0 &&
-    h.weight_bytes > 0.9 * size && h.weight_bytes < size && second.header === null &&
+    h.weight_bytes > 0.9 * size && h.weight_bytes < size && h.parts === 1 && second.header?.n_layers === 30 &&
     h.largest_tensor_bytes > 0 && h.largest_tensor_bytes < h.weight_bytes / 2 &&
     !first.fromCache && listed(first) && second.fromCache && listed(second) &&
     !changed.fromCache && changed.header !== null && listed(changed) && same.fromCache && listed(same) &&

@@ -3,7 +3,7 @@
 // put the packed package: the calls a page makes, with their types spelled out, and
 // misuses that the types must refuse (each `@ts-expect-error` fails the check if its
 // line compiles).
-import { AcsBrowser, AcsError, type Completion, type Progress, type Chunk } from "acs-web";
+import { AcsBrowser, AcsError, partUrls, type Completion, type Progress, type Chunk } from "acs-web";
 
 export async function sample(): Promise<string[]> {
   const acs = await AcsBrowser.start({
@@ -29,13 +29,19 @@ export async function sample(): Promise<string[]> {
     model: "llama-8b", prompt: "I feel", steering: [{ layer: 3, scale: 4, positive: "joy", negative: "anger" }],
   });
   const budget = await acs.budget();
-  return [...c.choices.map((x) => x.text), chat.choices[0].message.content, steered.choices[0].text,
+  // A split model's files, in a SharedWorker that other tabs join.
+  const parts: string[] = partUrls("/m-00001-of-00002.gguf");
+  const tab = await AcsBrowser.start({ url: parts[0], shared: true });
+  const joined: boolean = tab.info.shared && Boolean(tab.info.attached) && tab.info.parts === 2;
+  return [String(joined), String(tab.info.resumes),...c.choices.map((x) => x.text), chat.choices[0].message.content, steered.choices[0].text,
           acs.info.backend, String(acs.info.threads), String(budget.tokens_left)];
 }
 
 export function misuses(acs: AcsBrowser): void {
   // @ts-expect-error: the backend is "auto", "webgpu" or "cpu"
   AcsBrowser.start({ backend: "gpu" });
+  // @ts-expect-error: `shared` is a boolean
+  AcsBrowser.start({ url: "/m.gguf", shared: "yes" });
   // @ts-expect-error: a completion needs a prompt
   acs.completions({ model: "llama-8b", n: 2 });
   // @ts-expect-error: a chat message's role is system, user or assistant

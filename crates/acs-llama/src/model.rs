@@ -35,8 +35,10 @@ pub struct Tensor {
     pub rows: usize,
     /// Values per row (inputs of a matmul).
     pub cols: usize,
-    /// The file that holds the bytes (mapped natively), and where.
+    /// The file that holds the bytes (mapped natively), and where: which of a split
+    /// model's files, and where in it.
     file: Arc<GgufFile>,
+    part: u16,
     start: usize,
     len: usize,
     /// The weights rearranged for this CPU's fastest kernel, where it has one.
@@ -46,7 +48,7 @@ pub struct Tensor {
 impl Tensor {
     /// The raw bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.file.bytes()[self.start..self.start + self.len]
+        &self.file.part_bytes(self.part)[self.start..self.start + self.len]
     }
 
     /// This matrix as one job of a [`quant::matmul_many`] call writing into `out`
@@ -71,7 +73,8 @@ impl Tensor {
     /// read the panels alone, so the process would otherwise hold the matrix twice.
     fn release_source(&self) {
         if self.packed.is_some() {
-            self.file.release(self.start..self.start + self.len);
+            self.file
+                .release(self.part, self.start..self.start + self.len);
         }
     }
 
@@ -135,12 +138,13 @@ fn tensor_rows(file: &Arc<GgufFile>, m: MatrixRef<'_>) -> Result<Tensor, ModelEr
     let row_bytes = info.ty.row_bytes(m.cols)?;
     let data = &data[m.first_row * row_bytes..(m.first_row + m.rows) * row_bytes];
     let (rows, cols) = (m.rows, m.cols);
-    let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+    let start = data.as_ptr() as usize - file.part_bytes(info.part).as_ptr() as usize;
     Ok(Tensor {
         ty: info.ty,
         rows,
         cols,
         file: Arc::clone(file),
+        part: info.part,
         start,
         len: data.len(),
         packed: PackedMatrix::new(info.ty, data, rows, cols).map(Arc::new),

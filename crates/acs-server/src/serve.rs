@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use acs_engine::{Engine, SchedulerConfig};
 #[cfg(feature = "webgpu")]
-use acs_llama::gguf::GgufFile;
+use acs_llama::gguf::{GgufFile, parse_part_name, part_name};
 use tokio::sync::Notify;
 
 use crate::cli::CliError;
@@ -188,7 +188,11 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
             max_body_bytes: a.max_body_bytes,
             body_timeout: std::time::Duration::from_secs(a.body_timeout_secs),
             edge_secret: a.edge_secret.filter(|s| !s.is_empty()),
-            model_file: a.serve_model_file.then_some(first_path),
+            model_files: if a.serve_model_file {
+                model_files(&first_path)?
+            } else {
+                Vec::new()
+            },
         }),
         metrics: Arc::default(),
     };
@@ -292,4 +296,22 @@ async fn shutdown() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutting down");
+}
+
+/// The files of the model at `path`: itself, or a split model's files beside it.
+fn model_files(path: &std::path::Path) -> Result<Vec<PathBuf>, CliError> {
+    let bad = |e: String| CliError::Api(acs_core::ApiError::internal(e));
+    let file = GgufFile::open(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let split = file
+        .header()
+        .split()
+        .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    Ok(match (split, parse_part_name(name)) {
+        (Some(s), Some((prefix, _, _))) => (0..s.count)
+            .map(|no| path.with_file_name(part_name(prefix, no, s.count)))
+            .collect(),
+        // `open` refused a split model whose files cannot be found.
+        _ => vec![path.to_path_buf()],
+    })
 }

@@ -245,3 +245,53 @@ fn the_playground_keeps_lists_revalidates_and_deletes_models() {
     }
     check_screenshot(&shot);
 }
+
+/// A split model (tests/browser/split.mjs): the default model in three files, which
+/// `acs serve` runs and serves (its /model.gguf leads to the first), and which another
+/// origin serves with a connection that breaks off in the middle of the second file,
+/// loads from its first file's URL (the download resumes), samples what the one-file
+/// model samples, loads again from the cache and from the three picked files, and two
+/// of the three are refused in plain words.
+#[test]
+fn a_split_model_loads_from_its_files_and_a_broken_download_resumes() {
+    let data = temp_dir("split");
+    let model = default_model();
+    let parts = data.join("parts");
+    std::fs::create_dir_all(&parts).unwrap();
+    let file = acs_llama::gguf::GgufFile::open(&model).unwrap();
+    for (no, bytes) in (0u16..).zip(acs_llama::gguf::split_model(&file, 3).unwrap()) {
+        let name = acs_llama::gguf::part_name("model", no, 3);
+        std::fs::write(parts.join(name), bytes).unwrap();
+    }
+    std::fs::copy(&model, parts.join("whole.gguf")).unwrap();
+    let first = parts.join(acs_llama::gguf::part_name("model", 0, 3));
+    let server = Server::start(&data, &first, &["--serve-model-file"]);
+    let shot = screenshot("split.png");
+    let result = drive(&server, "split.mjs", &[parts.as_ref(), shot.as_ref()]);
+    println!(
+        "acs serve's split model: {} | another origin: {} | resumed {} time(s), with {} | cached: {} | picked: {} | two of three: {}",
+        result["served"]["text"],
+        result["first"]["text"],
+        result["first"]["resumes"],
+        result["resumedWith"],
+        result["again"]["text"],
+        result["picked"]["text"],
+        result["short"]
+    );
+    check_screenshot(&shot);
+}
+
+/// One engine for the pages of an origin (tests/browser/shared.mjs): pages that start
+/// with the same model share a SharedWorker's engine (the second joins without a
+/// load, sees the first's job, samples beside it and after it has closed); another
+/// backend gets an engine of its own.
+#[test]
+fn pages_that_start_the_same_model_share_one_engine() {
+    let data = temp_dir("shared");
+    let server = Server::start(&data, &default_model(), &["--serve-model-file"]);
+    let result = drive(&server, "shared.mjs", &[]);
+    println!(
+        "first page: {} | second page: {} | the job seen by the second: {} | side by side: {} | another backend: {}",
+        result["a"], result["b"], result["jobSeenByB"], result["sideBySide"], result["c"]
+    );
+}

@@ -76,6 +76,9 @@ pub enum LoadError {
     /// Fed again after a failure.
     #[error("loading already failed")]
     Failed,
+    /// A split model's files given short of, or beyond, its count.
+    #[error("a split model: {0}")]
+    Parts(String),
     /// The stream of the file could not be read.
     #[error("reading the file failed: {0}")]
     Read(String),
@@ -142,9 +145,9 @@ impl Acs {
     pub async fn load(bytes: Vec<u8>, options: JsValue) -> Result<Acs, JsValue> {
         async {
             let options = LoadOptions::from_js(options)?;
-            let builder = Builder::new(options.backend()).await?;
+            let builder = Builder::new(options.backend(), Vec::new()).await?;
             let (model, device) = if builder.keeps_file() {
-                load::cpu(bytes)?
+                load::cpu(vec![bytes])?
             } else {
                 let mut builder = builder;
                 builder.push(&bytes).await?;
@@ -171,12 +174,23 @@ impl Acs {
     }
 
     /// What a runnable model file's header says (`{family, n_layers, d_model, vocab,
-    /// context, formats, weight_bytes, largest_tensor_bytes}`), from a prefix that
-    /// holds the whole header
-    /// (after [`Acs::inspect_header`] answered 0); `null` while it ends inside it.
+    /// context, formats, weight_bytes, largest_tensor_bytes, parts}`), from a prefix
+    /// that holds the whole header (after [`Acs::inspect_header`] answered 0), with a
+    /// split model's further files' prefixes in `more` (each holding its header);
+    /// `null` while `prefix` ends inside the header. Throws for a model it refuses,
+    /// as [`Acs::inspect_header`] does, and for a split model's files that do not fit
+    /// together.
     #[wasm_bindgen(js_name = describeHeader)]
-    pub fn describe_header(prefix: &[u8]) -> Result<JsValue, JsValue> {
-        match load::summarize(prefix) {
+    pub fn describe_header(
+        prefix: &[u8],
+        more: Option<Vec<js_sys::Uint8Array>>,
+    ) -> Result<JsValue, JsValue> {
+        let more: Vec<Vec<u8>> = more
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.to_vec())
+            .collect();
+        match load::summarize(prefix, &more) {
             Ok(Some(summary)) => Ok(to_js(&summary)),
             Ok(None) => Ok(JsValue::NULL),
             Err(e) => Err(load_error(e)),
@@ -187,6 +201,14 @@ impl Acs {
     /// Cache API response, `file.stream()`), uploading each tensor to the GPU as it
     /// arrives; `onProgress({loaded, tensors, tensors_total})` hears how far it got
     /// about every MiB.
+    ///
+    /// A split model (`NAME-00001-of-0000N.gguf`, ...) comes as an array of its
+    /// files in order, each `{stream, header}`: `stream` a `ReadableStream` or a
+    /// function that returns one (or a promise of one), called when the file's turn
+    /// comes, so that a file downloads only once the one before it is in; `header` a
+    /// prefix of the file that holds its GGUF header (for every file but the first,
+    /// whose header its stream brings), since the first file's weights can go to the
+    /// GPU only once every tensor's shape is known.
     #[wasm_bindgen(js_name = loadStream)]
     pub async fn load_stream(
         stream: JsValue,
@@ -195,30 +217,35 @@ impl Acs {
     ) -> Result<Acs, JsValue> {
         async {
             let options = LoadOptions::from_js(options)?;
-            let mut builder = Builder::new(options.backend()).await?;
-            let reader = call(&stream, "getReader", &[])?;
-            let mut reported = 0u64;
-            loop {
-                let next = call(&reader, "read", &[])?;
-                let next = JsFuture::from(js_sys::Promise::from(next))
-                    .await
-                    .map_err(|e| LoadError::Read(describe(&e)))?;
-                if get(&next, "done").as_bool() == Some(true) {
-                    break;
-                }
-                let chunk = get(&next, "value")
+            let files = match stream.dyn_ref::<js_sys::Array>() {
+                Some(a) => a.iter().collect(),
+                None => vec![stream],
+            };
+            let mut more = Vec::new();
+            for file in files.iter().skip(1) {
+                let prefix = get(file, "header")
                     .dyn_into::<js_sys::Uint8Array>()
                     .map_err(|_| {
-                        LoadError::Read("the stream gave something else than bytes".into())
+                        LoadError::Parts("each file after the first needs its header".into())
                     })?;
-                builder.push(&chunk.to_vec()).await?;
-                let p = builder.progress();
-                if let Some(f) = &on_progress
-                    && p.loaded - reported >= 1 << 20
-                {
-                    reported = p.loaded;
-                    let _ = f.call1(&JsValue::NULL, &to_js(&p));
+                more.push(load::part_header(&prefix.to_vec())?);
+            }
+            let mut builder = Builder::new(options.backend(), more).await?;
+            let mut reported = 0u64;
+            for (i, file) in files.iter().enumerate() {
+                if i > 0 {
+                    builder.next_part()?;
                 }
+                let stream = file_stream(file).await?;
+                feed(&mut builder, &stream, |p| {
+                    if let Some(f) = &on_progress
+                        && p.loaded - reported >= 1 << 20
+                    {
+                        reported = p.loaded;
+                        let _ = f.call1(&JsValue::NULL, &to_js(&p));
+                    }
+                })
+                .await?;
             }
             if let Some(f) = &on_progress {
                 let _ = f.call1(&JsValue::NULL, &to_js(&builder.progress()));
@@ -392,6 +419,51 @@ impl Acs {
             let aborted = || signal.as_ref().is_some_and(|s| s.aborted());
             answer(rt.complete(&body, endpoint, send, aborted).await)
         })
+    }
+}
+
+/// The `ReadableStream` of one file given to [`Acs::load_stream`]: the stream itself,
+/// or an array element's `stream`, called first where it is a function (and awaited
+/// where that gives a promise).
+async fn file_stream(file: &JsValue) -> Result<JsValue, LoadError> {
+    let is_stream = |v: &JsValue| get(v, "getReader").is_function();
+    if is_stream(file) {
+        return Ok(file.clone());
+    }
+    let mut stream = get(file, "stream");
+    if let Some(f) = stream.dyn_ref::<js_sys::Function>() {
+        stream = f
+            .call0(&JsValue::NULL)
+            .map_err(|e| LoadError::Read(describe(&e)))?;
+    }
+    if stream.has_type::<js_sys::Promise>() {
+        stream = JsFuture::from(js_sys::Promise::from(stream))
+            .await
+            .map_err(|e| LoadError::Read(describe(&e)))?;
+    }
+    Ok(stream)
+}
+
+/// Feeds `builder` a file's stream to its end, telling `progress` after each chunk.
+async fn feed(
+    builder: &mut Builder,
+    stream: &JsValue,
+    mut progress: impl FnMut(load::Progress),
+) -> Result<(), LoadError> {
+    let reader = call(stream, "getReader", &[])?;
+    loop {
+        let next = call(&reader, "read", &[])?;
+        let next = JsFuture::from(js_sys::Promise::from(next))
+            .await
+            .map_err(|e| LoadError::Read(describe(&e)))?;
+        if get(&next, "done").as_bool() == Some(true) {
+            return Ok(());
+        }
+        let chunk = get(&next, "value")
+            .dyn_into::<js_sys::Uint8Array>()
+            .map_err(|_| LoadError::Read("the stream gave something else than bytes".into()))?;
+        builder.push(&chunk.to_vec()).await?;
+        progress(builder.progress());
     }
 }
 

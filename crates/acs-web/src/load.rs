@@ -22,14 +22,21 @@ enum Feed {
         need: u64,
         gpu: Option<Gpu>,
     },
-    /// Weights stream to the GPU; the header's model stays for tokenizer and shape.
+    /// Weights stream to the GPU; the header's model stays for tokenizer and shape,
+    /// and the header for the streams of a split model's further files.
     Gpu {
         model: Box<Model>,
+        header: Box<GgufHeader>,
         stream: TensorStream,
         loader: Box<GpuLoader>,
     },
-    /// The CPU backend's copy of the whole file.
-    Cpu { bytes: Vec<u8> },
+    /// The CPU backend's copy of the whole file (of each file of a split model: those
+    /// fed whole in `done`, the one being fed in `bytes`, and each one's length).
+    Cpu {
+        done: Vec<Vec<u8>>,
+        bytes: Vec<u8>,
+        lens: Vec<u64>,
+    },
 }
 
 /// The adapter to load onto, and whether failing to open it is an error (`webgpu`) or
@@ -51,17 +58,28 @@ pub struct Progress {
     pub tensors_total: usize,
 }
 
-/// A model being loaded.
+/// A model being loaded: the bytes of its file, or of each file of a split model in
+/// turn ([`Builder::next_part`] between them).
 #[derive(Debug)]
 pub struct Builder {
     feed: Option<Feed>,
     loaded: u64,
+    /// The headers of a split model's further files, which the first file's header
+    /// merges with once it is whole (empty for a model in one file).
+    more_parts: Vec<GgufHeader>,
+    /// The file being fed, and how many the model has (1 until the header is read).
+    part: u16,
+    parts: u16,
 }
 
 impl Builder {
     /// Picks the backend: `auto` (WebGPU on a hardware GPU, else the CPU), `webgpu`
     /// (any adapter, software ones included) or `cpu`.
-    pub async fn new(backend: &str) -> Result<Builder, LoadError> {
+    ///
+    /// A split model's further files' headers (`more_parts`, in order) come first:
+    /// the weights of the first file can go to the GPU only once every tensor's
+    /// shape is known.
+    pub async fn new(backend: &str, more_parts: Vec<GgufHeader>) -> Result<Builder, LoadError> {
         let gpu = match backend {
             "cpu" => None,
             "webgpu" => Some(Gpu {
@@ -88,6 +106,9 @@ impl Builder {
                 gpu,
             }),
             loaded: 0,
+            more_parts,
+            part: 0,
+            parts: 1,
         })
     }
 
@@ -132,12 +153,19 @@ impl Builder {
                             need: min_len,
                             gpu,
                         },
-                        HeaderParse::Complete(header) => Self::start(*header, prefix, gpu).await?,
+                        HeaderParse::Complete(header) => {
+                            let header = merge(*header, std::mem::take(&mut self.more_parts))?;
+                            if let Some(split) = header.split()? {
+                                self.parts = split.count;
+                            }
+                            Self::start(header, prefix, gpu).await?
+                        }
                     }
                 }
             }
             Feed::Gpu {
                 model,
+                header,
                 mut stream,
                 mut loader,
             } => {
@@ -146,13 +174,62 @@ impl Builder {
                 })?;
                 Feed::Gpu {
                     model,
+                    header,
                     stream,
                     loader,
                 }
             }
-            Feed::Cpu { mut bytes } => {
+            Feed::Cpu {
+                done,
+                mut bytes,
+                lens,
+            } => {
                 bytes.extend_from_slice(chunk);
-                Feed::Cpu { bytes }
+                Feed::Cpu { done, bytes, lens }
+            }
+        });
+        Ok(())
+    }
+
+    /// The file fed so far has ended, and the split model's next file follows.
+    pub fn next_part(&mut self) -> Result<(), LoadError> {
+        let feed = self.feed.take().ok_or(LoadError::Failed)?;
+        if !matches!(feed, Feed::Header { .. }) && self.part + 1 >= self.parts {
+            return Err(LoadError::Parts(format!(
+                "more files were given than the model's {}",
+                self.parts
+            )));
+        }
+        self.part += 1;
+        self.feed = Some(match feed {
+            // The first file ended inside its header.
+            Feed::Header { .. } => return Err(LoadError::Truncated(self.loaded)),
+            Feed::Gpu {
+                model,
+                header,
+                stream,
+                loader,
+            } => {
+                stream.finish()?;
+                Feed::Gpu {
+                    model,
+                    stream: TensorStream::of_part(&header, self.part)?,
+                    header,
+                    loader,
+                }
+            }
+            Feed::Cpu {
+                mut done,
+                bytes,
+                lens,
+            } => {
+                done.push(bytes);
+                let len = lens[usize::from(self.part)] as usize;
+                Feed::Cpu {
+                    done,
+                    bytes: Vec::with_capacity(len),
+                    lens,
+                }
             }
         });
         Ok(())
@@ -181,6 +258,7 @@ impl Builder {
         })?;
         Ok(Feed::Gpu {
             model,
+            header: Box::new(header),
             stream,
             loader,
         })
@@ -188,20 +266,45 @@ impl Builder {
 
     /// The file has ended: the model and its backend.
     pub async fn finish(self) -> Result<(Arc<Model>, Device), LoadError> {
-        match self.feed.ok_or(LoadError::Failed)? {
+        let feed = self.feed.ok_or(LoadError::Failed)?;
+        if !matches!(feed, Feed::Header { .. }) && self.part + 1 < self.parts {
+            return Err(LoadError::Parts(format!(
+                "{} of the model's {} files were given",
+                self.part + 1,
+                self.parts
+            )));
+        }
+        match feed {
             Feed::Header { .. } => Err(LoadError::Truncated(self.loaded)),
             Feed::Gpu {
-                model,
                 stream,
                 loader,
+                model,
+                ..
             } => {
                 stream.finish()?;
                 let gpu = loader.finish().await.map_err(LoadError::Gpu)?;
                 Ok((Arc::new(*model), Device::gpu(gpu)))
             }
-            Feed::Cpu { bytes } => Ok(cpu(bytes)?),
+            Feed::Cpu {
+                mut done, bytes, ..
+            } => {
+                done.push(bytes);
+                Ok(cpu(done)?)
+            }
         }
     }
+}
+
+/// The header of the model: `first` alone, or merged with the headers of the split
+/// model's further files.
+fn merge(first: GgufHeader, more: Vec<GgufHeader>) -> Result<GgufHeader, LoadError> {
+    if more.is_empty() && first.split()?.is_none() {
+        return Ok(first);
+    }
+    let mut all = vec![first];
+    all.extend(more);
+    Ok(GgufHeader::merge_split(all)?)
 }
 
 /// The most a file may take in wasm memory for the CPU backend: wasm32 addresses
@@ -213,29 +316,46 @@ const CPU_MAX_FILE: u64 = 3 << 30;
 fn cpu_feed(header: &GgufHeader, mut prefix: Vec<u8>) -> Result<Feed, LoadError> {
     // A model the engine cannot run is refused now, not once the file is in.
     Model::from_header(header)?;
-    let mut len = header.data_offset;
+    // Each file's length: to its last tensor's end (the first at least its header),
+    // and the padding to the alignment that writers put after each tensor.
+    let mut lens = vec![header.data_offset];
+    lens.resize(header.part_data_offsets.len() + 1, 0);
     for t in &header.tensors {
-        len = len.max(header.tensor_range(t)?.end);
+        let len = &mut lens[usize::from(t.part)];
+        *len = (*len).max(header.tensor_range(t)?.end);
     }
-    if len > CPU_MAX_FILE {
+    for len in &mut lens {
+        *len = len.next_multiple_of(header.alignment);
+    }
+    let total: u64 = lens.iter().sum();
+    if total > CPU_MAX_FILE {
         return Err(LoadError::TooLarge {
-            bytes: len,
+            bytes: total,
             limit: CPU_MAX_FILE,
         });
     }
-    prefix.reserve_exact((len as usize).saturating_sub(prefix.len()));
-    Ok(Feed::Cpu { bytes: prefix })
+    prefix.reserve_exact((lens[0] as usize).saturating_sub(prefix.len()));
+    Ok(Feed::Cpu {
+        done: Vec::new(),
+        bytes: prefix,
+        lens,
+    })
 }
 
 /// What the first bytes of a file say of it: the fewest bytes its header needs
 /// (`Some`) or that it is whole and its model one the engine runs (`None`); an error
 /// refuses the file (not GGUF, corrupt, or an architecture, format or RoPE scaling
 /// the engine does not run).
+///
+/// A file of a split model is checked as far as it goes alone (its header); the
+/// model is checked once every file's header is at hand ([`summarize`]).
 pub fn inspect(prefix: &[u8]) -> Result<Option<u64>, LoadError> {
     match GgufHeader::parse(prefix)? {
         HeaderParse::NeedMore { min_len } => Ok(Some(min_len)),
         HeaderParse::Complete(header) => {
-            Model::from_header(&header)?;
+            if header.split()?.is_none() {
+                Model::from_header(&header)?;
+            }
             Ok(None)
         }
     }
@@ -262,15 +382,24 @@ pub struct HeaderSummary {
     pub weight_bytes: u64,
     /// Bytes of the largest tensor, which WebGPU binds whole.
     pub largest_tensor_bytes: u64,
+    /// Files the model is in (more than 1 for a split model).
+    pub parts: u16,
 }
 
-/// [`HeaderSummary`] of a whole header (a prefix [`inspect`] found complete and
-/// runnable); `None` while `prefix` ends inside the header.
-pub fn summarize(prefix: &[u8]) -> Result<Option<HeaderSummary>, LoadError> {
+/// [`HeaderSummary`] of a whole header (a prefix [`inspect`] found complete), with
+/// the headers of a split model's further files (`more`, each a prefix that holds
+/// its header); `None` while `prefix` ends inside the header. An error refuses the
+/// model, as [`inspect`] does.
+pub fn summarize(prefix: &[u8], more: &[Vec<u8>]) -> Result<Option<HeaderSummary>, LoadError> {
     let header = match GgufHeader::parse(prefix)? {
         HeaderParse::NeedMore { .. } => return Ok(None),
         HeaderParse::Complete(header) => header,
     };
+    let more = more
+        .iter()
+        .map(|p| part_header(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let header = merge(*header, more)?;
     let model = Model::from_header(&header)?;
     let c = &model.config;
     let mut formats = std::collections::BTreeMap::new();
@@ -293,12 +422,18 @@ pub fn summarize(prefix: &[u8]) -> Result<Option<HeaderSummary>, LoadError> {
         formats,
         weight_bytes,
         largest_tensor_bytes,
+        parts: header.part_data_offsets.len() as u16 + 1,
     }))
 }
 
-/// The CPU backend over a whole file.
-pub fn cpu(bytes: Vec<u8>) -> Result<(Arc<Model>, Device), LoadError> {
-    let file = Arc::new(GgufFile::from_vec(bytes)?);
+/// The header of a split model's file from a prefix that holds it whole.
+pub fn part_header(prefix: &[u8]) -> Result<GgufHeader, LoadError> {
+    Ok(GgufHeader::parse_complete(prefix)?)
+}
+
+/// The CPU backend over a whole file (each file of a split model, in order).
+pub fn cpu(parts: Vec<Vec<u8>>) -> Result<(Arc<Model>, Device), LoadError> {
+    let file = Arc::new(GgufFile::from_parts(parts)?);
     let model = Arc::new(Model::from_gguf(file)?);
     Ok((Arc::clone(&model), Device::cpu(model)))
 }

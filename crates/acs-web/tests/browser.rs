@@ -1,6 +1,7 @@
 //! The package in headless Chromium (SwiftShader WebGPU), through the JS API the page
 //! uses: a generated model, completions with several prompts × n, streaming,
-//! steering, jobs to their result, a reload's saved jobs, Budgets, bad input.
+//! steering, jobs to their result, a reload's saved jobs, Budgets, bad input, a file
+//! streamed to either backend, a split model streamed file by file.
 //!
 //! Run: `wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver
 //! crates/acs-web` (`webdriver.json` beside the crate turns WebGPU on).
@@ -432,4 +433,62 @@ async fn auto_skips_a_software_adapter_for_the_cpu() {
     // Headless Chromium's only adapter is SwiftShader, a software one.
     let acs = load("auto").await;
     assert_eq!(acs.backend(), "cpu");
+}
+
+/// A split model's files as `Acs.loadStream` takes them: each `{stream, header}`, the
+/// first file's stream given as it is, the others' as functions called in turn.
+fn parts_of(parts: &[Vec<u8>], size: usize) -> JsValue {
+    let files = js_sys::Array::new();
+    for (i, part) in parts.iter().enumerate() {
+        let file = js_sys::Object::new();
+        let stream = stream_of(part, size);
+        let stream = if i == 0 {
+            stream
+        } else {
+            js_sys::Function::new_with_args("s", "return () => Promise.resolve(s);")
+                .call1(&JsValue::NULL, &stream)
+                .expect("a function")
+        };
+        js_sys::Reflect::set(&file, &"stream".into(), &stream).unwrap();
+        // A prefix that holds the header: a generated model's is under 64 KiB.
+        let header = js_sys::Uint8Array::from(&part[..part.len().min(1 << 16)]);
+        js_sys::Reflect::set(&file, &"header".into(), &header).unwrap();
+        files.push(&file);
+    }
+    files.into()
+}
+
+#[wasm_bindgen_test]
+async fn a_split_model_streams_file_by_file_to_either_backend() {
+    let bytes = model();
+    let file = acs_llama::gguf::GgufFile::from_vec(bytes.clone()).unwrap();
+    let parts = acs_llama::gguf::split_model(&file, 3).unwrap();
+    let greedy = body(2, json!({"temperature": 0, "max_tokens": 6}));
+    let expect = complete(&load("cpu").await, greedy.clone()).await.unwrap();
+    for backend in ["webgpu", "cpu"] {
+        let options = js(&json!({"backend": backend, "modelId": "tiny"}));
+        let acs = Acs::load_stream(parts_of(&parts, 1000), options, None)
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e:?}"));
+        assert!(acs.backend().starts_with(backend), "{}", acs.backend());
+        let got = complete(&acs, greedy.clone()).await.unwrap();
+        assert_eq!(got["choices"], expect["choices"], "{backend}");
+    }
+    // Short of a file, or the first alone: refused, naming what is missing.
+    let message = |e: JsValue| String::from(e.unchecked_into::<js_sys::Error>().message());
+    let options = || js(&json!({"backend": "cpu", "modelId": "tiny"}));
+    let e = Acs::load_stream(parts_of(&parts[..2], 4096), options(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        message(e).contains("2 of the model's 3 parts"),
+        "two files of three"
+    );
+    let e = Acs::load_stream(stream_of(&parts[0], 4096), options(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        message(e).contains("1 of the model's 3 parts"),
+        "the first file alone"
+    );
 }

@@ -22,8 +22,14 @@ pub struct TensorStream {
 impl TensorStream {
     /// A stream expecting the file from byte 0 (the header's bytes included).
     pub fn new(header: &GgufHeader) -> Result<TensorStream, GgufError> {
-        let mut order = Vec::with_capacity(header.tensors.len());
-        for t in &header.tensors {
+        Self::of_part(header, 0)
+    }
+
+    /// A stream expecting file `part` of a split model (see
+    /// [`GgufHeader::merge_split`]) from its byte 0: it delivers that file's tensors.
+    pub fn of_part(header: &GgufHeader, part: u16) -> Result<TensorStream, GgufError> {
+        let mut order = Vec::new();
+        for t in header.tensors.iter().filter(|t| t.part == part) {
             order.push((t.clone(), header.tensor_range(t)?.start));
         }
         // Ties broken by length: an empty tensor may share its offset with the tensor
@@ -127,42 +133,73 @@ enum Storage {
     Owned(Vec<u8>),
 }
 
-/// A whole GGUF file at hand: the parsed header plus the bytes (mapped natively).
+/// A whole model file at hand (or each file of a split model): the parsed header plus
+/// the bytes (mapped natively).
 #[derive(Debug)]
 pub struct GgufFile {
     header: GgufHeader,
-    storage: Storage,
+    /// The files' bytes, the first file first.
+    parts: Vec<Storage>,
 }
 
 impl GgufFile {
-    /// Maps the file at `path` and parses its header.
+    /// Maps the file at `path` and parses its header. The first file of a split
+    /// model (`NAME-00001-of-00003.gguf`) brings the others from beside it.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let io = |e: std::io::Error| GgufError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
+        let first = map(path)?;
+        let header = GgufHeader::parse_complete(&first)?;
+        let Some(split) = header.split()? else {
+            return Self::with_parts(vec![Storage::Mmap(first)], vec![header]);
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process. Mapping is sound
-        // as long as no one truncates or rewrites the file while it is mapped, which
-        // Rust cannot rule out for a shared file; model files are written once and
-        // then only read, and that is the contract this loader documents (as every
-        // mmap-based model loader, llama.cpp included, does).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Self::with_storage(Storage::Mmap(map))
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Some((prefix, _, _)) = super::parse_part_name(name) else {
+            return Err(GgufError::Split(format!(
+                "{} is part {} of {}, and its name is not NAME-{:05}-of-{:05}.gguf, \
+                 so the other parts cannot be found",
+                path.display(),
+                split.no + 1,
+                split.count,
+                split.no + 1,
+                split.count
+            )));
+        };
+        let (mut parts, mut headers) = (vec![Storage::Mmap(first)], vec![header]);
+        for no in 1..split.count {
+            let other = path.with_file_name(super::part_name(prefix, no, split.count));
+            let bytes = map(&other)?;
+            headers.push(GgufHeader::parse_complete(&bytes)?);
+            parts.push(Storage::Mmap(bytes));
+        }
+        Self::with_parts(parts, headers)
     }
 
     /// Parses a file held in memory.
     pub fn from_vec(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
-        Self::with_storage(Storage::Owned(bytes))
+        Self::from_parts(vec![bytes])
     }
 
-    fn with_storage(storage: Storage) -> Result<GgufFile, GgufError> {
-        let bytes = storage_bytes(&storage);
-        let header = GgufHeader::parse_complete(bytes)?;
-        header.check_file_len(bytes.len() as u64)?;
-        Ok(GgufFile { header, storage })
+    /// Parses the files of a split model held in memory, in order (one file is a
+    /// model in one file).
+    pub fn from_parts(parts: Vec<Vec<u8>>) -> Result<GgufFile, GgufError> {
+        let headers = parts
+            .iter()
+            .map(|b| GgufHeader::parse_complete(b))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_parts(parts.into_iter().map(Storage::Owned).collect(), headers)
+    }
+
+    fn with_parts(parts: Vec<Storage>, headers: Vec<GgufHeader>) -> Result<GgufFile, GgufError> {
+        let header = match <[GgufHeader; 1]>::try_from(headers) {
+            Ok([one]) if one.split()?.is_none() => one,
+            Ok([one]) => GgufHeader::merge_split(vec![one])?,
+            Err(headers) => GgufHeader::merge_split(headers)?,
+        };
+        for (no, part) in (0u16..).zip(&parts) {
+            header.check_file_len(no, storage_bytes(part).len() as u64)?;
+        }
+        Ok(GgufFile { header, parts })
     }
 
     /// The parsed header.
@@ -180,18 +217,18 @@ impl GgufFile {
         &self.header.tensors
     }
 
-    /// The whole file's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        storage_bytes(&self.storage)
+    /// The bytes of file `part` (0 for a model in one file).
+    pub fn part_bytes(&self, part: u16) -> &[u8] {
+        self.parts.get(usize::from(part)).map_or(&[], storage_bytes)
     }
 
-    /// Tells the OS that the bytes `range` of a mapped file are not needed for now
-    /// (the matrices a loader has copied into another layout): their pages leave the
-    /// process's resident memory, and come back from the file if they are read again.
-    /// Does nothing for a file held in memory, or off Unix.
-    pub fn release(&self, range: std::ops::Range<usize>) {
+    /// Tells the OS that the bytes `range` of mapped file `part` are not needed for
+    /// now (the matrices a loader has copied into another layout): their pages leave
+    /// the process's resident memory, and come back from the file if they are read
+    /// again. Does nothing for a file held in memory, or off Unix.
+    pub fn release(&self, part: u16, range: std::ops::Range<usize>) {
         #[cfg(all(unix, not(target_arch = "wasm32")))]
-        if let Storage::Mmap(map) = &self.storage
+        if let Some(Storage::Mmap(map)) = self.parts.get(usize::from(part))
             && range.start < range.end
             && range.end <= map.len()
         {
@@ -209,14 +246,14 @@ impl GgufFile {
             };
         }
         #[cfg(not(all(unix, not(target_arch = "wasm32"))))]
-        let _ = range;
+        let _ = (part, range);
     }
 
     /// A tensor's raw data (checked against the file, so an info from another file
     /// cannot read out of bounds).
     pub fn tensor_bytes(&self, t: &TensorInfo) -> Result<&[u8], GgufError> {
         let r = self.header.tensor_range(t)?;
-        let bytes = self.bytes();
+        let bytes = self.part_bytes(t.part);
         let oob = || GgufError::TensorOutOfBounds {
             name: t.name.clone(),
         };
@@ -230,6 +267,22 @@ impl GgufFile {
         let t = self.header.require_tensor(name)?;
         Ok((t, self.tensor_bytes(t)?))
     }
+}
+
+/// Maps the file at `path` read-only.
+#[cfg(not(target_arch = "wasm32"))]
+fn map(path: &std::path::Path) -> Result<memmap2::Mmap, GgufError> {
+    let io = |e: std::io::Error| GgufError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and private to this process. Mapping is sound as
+    // long as no one truncates or rewrites the file while it is mapped, which Rust
+    // cannot rule out for a shared file; model files are written once and then only
+    // read, and that is the contract this loader documents (as every mmap-based
+    // model loader, llama.cpp included, does).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
 }
 
 fn storage_bytes(s: &Storage) -> &[u8] {

@@ -20,9 +20,17 @@ pub struct TensorInfo {
     pub offset: u64,
     /// Size of the data in bytes.
     pub n_bytes: u64,
+    /// The file of a split model that holds the data (its `split.no`); 0 for a model
+    /// in one file.
+    pub part: u16,
 }
 
 impl TensorInfo {
+    /// The same tensor, its data in part `part` of a split model.
+    pub(super) fn in_part(self, part: u16) -> TensorInfo {
+        TensorInfo { part, ..self }
+    }
+
     /// Values per row (`dims[0]`; 1 for a scalar).
     pub fn row_len(&self) -> u64 {
         self.dims.first().copied().unwrap_or(1)
@@ -51,8 +59,12 @@ pub struct GgufHeader {
     pub tensors: Vec<TensorInfo>,
     /// Data alignment (`general.alignment` or 32).
     pub alignment: u64,
-    /// Absolute file offset of the data section.
+    /// Absolute file offset of the data section (of the first file, for a split
+    /// model).
     pub data_offset: u64,
+    /// The data section's offset in each further file of a split model (file 2 at
+    /// index 0; see [`GgufHeader::merge_split`]); empty for a model in one file.
+    pub part_data_offsets: Vec<u64>,
 }
 
 /// The result of parsing a prefix of a file.
@@ -278,10 +290,17 @@ impl GgufHeader {
             .ok_or_else(|| GgufError::MissingTensor(name.to_owned()))
     }
 
-    /// Absolute file range of a tensor's data.
+    /// Absolute range of a tensor's data in the file that holds it (part
+    /// [`TensorInfo::part`] of a split model).
     pub fn tensor_range(&self, t: &TensorInfo) -> Result<Range<u64>, GgufError> {
-        let start = self
-            .data_offset
+        let data_offset = match t.part {
+            0 => Some(self.data_offset),
+            p => self.part_data_offsets.get(usize::from(p) - 1).copied(),
+        }
+        .ok_or_else(|| GgufError::TensorOutOfBounds {
+            name: t.name.clone(),
+        })?;
+        let start = data_offset
             .checked_add(t.offset)
             .ok_or_else(|| overflow(&t.name))?;
         let end = start
@@ -290,9 +309,10 @@ impl GgufHeader {
         Ok(start..end)
     }
 
-    /// Checks that every tensor's data lies inside a file of `file_len` bytes.
-    pub fn check_file_len(&self, file_len: u64) -> Result<(), GgufError> {
-        for t in &self.tensors {
+    /// Checks that every tensor's data in file `part` (0 for a model in one file)
+    /// lies inside its `file_len` bytes.
+    pub fn check_file_len(&self, part: u16, file_len: u64) -> Result<(), GgufError> {
+        for t in self.tensors.iter().filter(|t| t.part == part) {
             if self.tensor_range(t)?.end > file_len {
                 return Err(GgufError::TensorOutOfBounds {
                     name: t.name.clone(),
@@ -348,6 +368,7 @@ fn parse_inner(bytes: &[u8]) -> Result<GgufHeader, Fail> {
         tensors,
         alignment,
         data_offset,
+        part_data_offsets: Vec::new(),
     })
 }
 
@@ -399,6 +420,7 @@ fn tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Result<TensorInfo, Fail> {
         ty,
         offset,
         n_bytes,
+        part: 0,
     })
 }
 
@@ -421,10 +443,21 @@ fn check_layout(tensors: &[TensorInfo], data_offset: u64) -> Result<(), GgufErro
             .filter(|end| end.checked_add(data_offset).is_some())
             .ok_or_else(|| overflow(&t.name))?;
     }
+    unique_names(tensors)
+}
+
+fn unique_names(tensors: &[TensorInfo]) -> Result<(), GgufError> {
     let mut names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(GgufError::DuplicateTensor(w[0].to_owned()));
     }
     Ok(())
+}
+
+impl GgufHeader {
+    /// Tensor names are unique across a split model's parts too.
+    pub(super) fn check_unique_names(&self) -> Result<(), GgufError> {
+        unique_names(&self.tensors)
+    }
 }

@@ -17,11 +17,13 @@
 mod file;
 mod header;
 mod metadata;
+mod split;
 mod writer;
 
 pub use file::{GgufFile, TensorStream};
 pub use header::{GgufHeader, HeaderParse, TensorInfo};
 pub use metadata::{MetaArray, MetaType, MetaValue, Metadata};
+pub use split::{SplitInfo, parse_part_name, part_name, split_model};
 pub use writer::{GgufWriter, encode_value};
 
 use crate::quant::GgmlType;
@@ -150,6 +152,9 @@ pub enum GgufError {
     /// A tensor the caller needs is absent.
     #[error("tensor {0:?} is missing")]
     MissingTensor(String),
+    /// The parts of a split model do not fit together, or a part was opened alone.
+    #[error("split model: {0}")]
+    Split(String),
     /// Opening or mapping the file failed.
     #[error("cannot read {path}: {message}")]
     Io {

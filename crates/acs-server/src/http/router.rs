@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use acs_core::ids::request_id;
 use acs_core::{ApiError, ErrorCode};
+use acs_llama::gguf::part_name;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{Method, Uri};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{Redirect, Response};
 use axum::routing::{any, get, post};
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 use tower_http::services::{ServeDir, ServeFile};
@@ -121,9 +122,24 @@ pub fn router(state: AppState, web: Option<PathBuf>) -> Router {
             Arc::clone(&state.metrics),
             metrics::count,
         ));
-    let api = match &state.config.model_file {
-        Some(file) => api.route_service("/model.gguf", ServeFile::new(file)),
-        None => api,
+    let api = match state.config.model_files.as_slice() {
+        [] => api,
+        [file] => api.route_service("/model.gguf", ServeFile::new(file)),
+        // A split model's files under their own names, and `/model.gguf` sends the
+        // playground to the first, whose name brings the others.
+        files => {
+            let count = files.len() as u16;
+            let first = format!("/{}", part_name("model", 0, count));
+            let mut api = api.route(
+                "/model.gguf",
+                get(move || async move { Redirect::temporary(&first) }),
+            );
+            for (no, file) in (0u16..).zip(files) {
+                let at = format!("/{}", part_name("model", no, count));
+                api = api.route_service(&at, ServeFile::new(file));
+            }
+            api
+        }
     };
     let api = api.with_state(state);
     let app = match web {

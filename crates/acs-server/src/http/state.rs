@@ -14,9 +14,11 @@ pub struct Config {
     pub body_timeout: std::time::Duration,
     /// The secret of a trusted edge, which may call the `/edge` routes.
     pub edge_secret: Option<String>,
-    /// The served GGUF file, offered at `/model.gguf` (when the operator asks) so that
-    /// the playground can run the same model in the visitor's browser.
-    pub model_file: Option<PathBuf>,
+    /// The served model's GGUF file, offered at `/model.gguf` (when the operator asks)
+    /// so that the playground can run the same model in the visitor's browser; a split
+    /// model's files (`NAME-00001-of-0000N.gguf`, ...), offered at
+    /// `/model-00001-of-0000N.gguf` and so on; empty when not offered.
+    pub model_files: Vec<PathBuf>,
 }
 
 /// The state of the router.

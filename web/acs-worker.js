@@ -163,14 +163,13 @@ function fileHeader(file) {
 // breaks off, the rest is asked for from where it stopped (a Range request whose
 // If-Range holds the file's validator, so a file changed meanwhile is not spliced
 // onto the old one's start), up to RESUME_TRIES times in a row with a growing wait.
-// `report(loaded, resumes)` hears the bytes passing; `failed.error` holds the error
-// that ended it, if any.
-function resumableBody(url, first, failed, report) {
+// `report(loaded)` hears the bytes passing, `resumed()` each try from where it
+// stopped; `failed.error` holds the error that ended it, if any.
+function resumableBody(url, first, { failed, report, resumed }) {
   const validator = first.headers.get("etag") || first.headers.get("last-modified");
   const total = Number(first.headers.get("content-length")) || 0;
   let reader = first.body.getReader();
   let loaded = 0;
-  let resumes = 0;
   let tries = 0;
   const reopen = async () => {
     const headers = { range: `bytes=${loaded}-` };
@@ -194,7 +193,7 @@ function resumableBody(url, first, failed, report) {
           if (done) throw new Error(`the body ended after ${loaded} of ${total} bytes`);
           loaded += value.length;
           tries = 0;
-          report(loaded, resumes);
+          report(loaded);
           return ctl.enqueue(value);
         } catch (e) {
           reader = null;
@@ -203,7 +202,7 @@ function resumableBody(url, first, failed, report) {
               `and did not resume in ${RESUME_TRIES} tries: ${e.message}`);
             throw failed.error;
           }
-          resumes++;
+          resumed();
           await sleep(RESUME_DELAY_MS * 2 ** (tries - 1));
         }
       }
@@ -218,7 +217,8 @@ function resumableBody(url, first, failed, report) {
 // disk, resuming where the connection breaks off) and then read back from there, so
 // that a reload finds it. Where the browser has no room for the copy, the file
 // streams from the network again without one, and `state.uncached` says so in plain
-// words. `report(loaded)` hears the download's bytes.
+// words, and `state.resumes` counts the tries from where a download stopped.
+// `report(loaded)` hears the download's bytes.
 async function downloadPart(url, cache, state, report) {
   const download = async () => {
     const resp = await fetch(url);
@@ -228,11 +228,14 @@ async function downloadPart(url, cache, state, report) {
     // A report about every MiB: a message per chunk floods the page (Firefox's main
     // thread stalls under them).
     let last = 0;
-    const body = resumableBody(url, resp, failed, (loaded, resumes) => {
-      state.resumes = Math.max(state.resumes, resumes);
-      if (loaded - last < 1 << 20 && loaded !== total) return;
-      last = loaded;
-      report(loaded);
+    const body = resumableBody(url, resp, {
+      failed,
+      report: (loaded) => {
+        if (loaded - last < 1 << 20 && loaded !== total) return;
+        last = loaded;
+        report(loaded);
+      },
+      resumed: () => { state.resumes++; },
     });
     return { resp, body, failed, total };
   };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use acs_engine::{Engine, SchedulerConfig};
 #[cfg(feature = "webgpu")]
-use acs_llama::gguf::{GgufFile, parse_part_name, part_name};
+use acs_llama::gguf::GgufFile;
 use tokio::sync::Notify;
 
 use crate::cli::CliError;
@@ -300,18 +300,11 @@ async fn shutdown() {
 
 /// The files of the model at `path`: itself, or a split model's files beside it.
 fn model_files(path: &std::path::Path) -> Result<Vec<PathBuf>, CliError> {
-    let bad = |e: String| CliError::Api(acs_core::ApiError::internal(e));
-    let file = GgufFile::open(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    let split = file
-        .header()
-        .split()
-        .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    Ok(match (split, parse_part_name(name)) {
-        (Some(s), Some((prefix, _, _))) => (0..s.count)
-            .map(|no| path.with_file_name(part_name(prefix, no, s.count)))
-            .collect(),
-        // `open` refused a split model whose files cannot be found.
-        _ => vec![path.to_path_buf()],
-    })
+    let file = GgufFile::open(path).map_err(|e| {
+        CliError::Api(acs_core::ApiError::internal(format!(
+            "{}: {e}",
+            path.display()
+        )))
+    })?;
+    Ok(file.paths().to_vec())
 }

@@ -299,12 +299,9 @@ impl Builder {
 /// The header of the model: `first` alone, or merged with the headers of the split
 /// model's further files.
 fn merge(first: GgufHeader, more: Vec<GgufHeader>) -> Result<GgufHeader, LoadError> {
-    if more.is_empty() && first.split()?.is_none() {
-        return Ok(first);
-    }
     let mut all = vec![first];
     all.extend(more);
-    Ok(GgufHeader::merge_split(all)?)
+    Ok(GgufHeader::of_files(all)?)
 }
 
 /// The most a file may take in wasm memory for the CPU backend: wasm32 addresses

@@ -140,6 +140,8 @@ pub struct GgufFile {
     header: GgufHeader,
     /// The files' bytes, the first file first.
     parts: Vec<Storage>,
+    /// Where each file was mapped from (none for files held in memory).
+    paths: Vec<std::path::PathBuf>,
 }
 
 impl GgufFile {
@@ -150,29 +152,16 @@ impl GgufFile {
         let path = path.as_ref();
         let first = map(path)?;
         let header = GgufHeader::parse_complete(&first)?;
-        let Some(split) = header.split()? else {
-            return Self::with_parts(vec![Storage::Mmap(first)], vec![header]);
-        };
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let Some((prefix, _, _)) = super::parse_part_name(name) else {
-            return Err(GgufError::Split(format!(
-                "{} is part {} of {}, and its name is not NAME-{:05}-of-{:05}.gguf, \
-                 so the other parts cannot be found",
-                path.display(),
-                split.no + 1,
-                split.count,
-                split.no + 1,
-                split.count
-            )));
-        };
+        let paths = super::split::file_paths(path, header.split()?)?;
         let (mut parts, mut headers) = (vec![Storage::Mmap(first)], vec![header]);
-        for no in 1..split.count {
-            let other = path.with_file_name(super::part_name(prefix, no, split.count));
-            let bytes = map(&other)?;
+        for other in &paths[1..] {
+            let bytes = map(other)?;
             headers.push(GgufHeader::parse_complete(&bytes)?);
             parts.push(Storage::Mmap(bytes));
         }
-        Self::with_parts(parts, headers)
+        let mut file = Self::with_parts(parts, headers)?;
+        file.paths = paths;
+        Ok(file)
     }
 
     /// Parses a file held in memory.
@@ -191,15 +180,21 @@ impl GgufFile {
     }
 
     fn with_parts(parts: Vec<Storage>, headers: Vec<GgufHeader>) -> Result<GgufFile, GgufError> {
-        let header = match <[GgufHeader; 1]>::try_from(headers) {
-            Ok([one]) if one.split()?.is_none() => one,
-            Ok([one]) => GgufHeader::merge_split(vec![one])?,
-            Err(headers) => GgufHeader::merge_split(headers)?,
-        };
+        let header = GgufHeader::of_files(headers)?;
         for (no, part) in (0u16..).zip(&parts) {
             header.check_file_len(no, storage_bytes(part).len() as u64)?;
         }
-        Ok(GgufFile { header, parts })
+        Ok(GgufFile {
+            header,
+            parts,
+            paths: Vec::new(),
+        })
+    }
+
+    /// The paths of the files [`GgufFile::open`] mapped: the model's file, or each
+    /// file of a split model in order; empty for files held in memory.
+    pub fn paths(&self) -> &[std::path::PathBuf] {
+        &self.paths
     }
 
     /// The parsed header.

@@ -72,10 +72,48 @@ pub fn parse_part_name(name: &str) -> Option<(&str, u16, u16)> {
     (no >= 1 && no <= count).then(|| (prefix, no - 1, count))
 }
 
+/// The paths of a model's files from its first file's `path` and that file's
+/// [`SplitInfo`]: the path alone for a model in one file, else each part's path
+/// beside it, named as [`part_name`] names them.
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn file_paths(
+    path: &std::path::Path,
+    split: Option<SplitInfo>,
+) -> Result<Vec<std::path::PathBuf>, GgufError> {
+    let Some(split) = split else {
+        return Ok(vec![path.to_path_buf()]);
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let Some((prefix, _, _)) = parse_part_name(name) else {
+        return Err(split_error(format!(
+            "{} is part {} of {}, and its name is not NAME-{:05}-of-{:05}.gguf, \
+             so the other parts cannot be found",
+            path.display(),
+            split.no + 1,
+            split.count,
+            split.no + 1,
+            split.count
+        )));
+    };
+    Ok((0..split.count)
+        .map(|no| path.with_file_name(part_name(prefix, no, split.count)))
+        .collect())
+}
+
 impl GgufHeader {
     /// Where this file stands in a split model, if it is a part of one.
     pub fn split(&self) -> Result<Option<SplitInfo>, GgufError> {
         SplitInfo::of(&self.metadata)
+    }
+
+    /// One header for a model's files, in order: a model in one file keeps its own
+    /// header; a split model's parts merge ([`GgufHeader::merge_split`]).
+    pub fn of_files(files: Vec<GgufHeader>) -> Result<GgufHeader, GgufError> {
+        match <[GgufHeader; 1]>::try_from(files) {
+            Ok([one]) if one.split()?.is_none() => Ok(one),
+            Ok(one) => Self::merge_split(one.into()),
+            Err(files) => Self::merge_split(files),
+        }
     }
 
     /// One header for the model of a split's parts (given in order, the first

@@ -63,6 +63,13 @@ export interface StartOptions {
    * needs a cross-origin isolated page; elsewhere the engine runs on one.
    */
   threads?: number;
+  /**
+   * Where the CPU backend keeps the weights: "wasm" (wasm memory: fastest, up to
+   * 3 GiB), "js" (JS memory, each step copying a block at a time into wasm memory: any
+   * size the tab's memory takes, slower) or "auto" (the default: "wasm" while the file
+   * fits, else "js").
+   */
+  cpuWeights?: "auto" | "wasm" | "js";
   onProgress?: (p: Progress) => void;
   /**
    * The GPU device was lost (a driver reset, the GPU process gone): the engine loads
@@ -83,7 +90,10 @@ export interface StartOptions {
 /** What `start` resolves with, as `acs.info`. */
 export interface LoadInfo {
   type: "loaded";
-  /** "cpu", "cpu (N threads)" or "webgpu: <adapter>". */
+  /**
+   * "cpu", "cpu (N threads)", either with "weights in JS memory" where they are kept
+   * there ("cpu (N threads, weights in JS memory)"), or "webgpu: <adapter>".
+   */
   backend: string;
   models: ModelList;
   loadMs: number;

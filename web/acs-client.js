@@ -37,7 +37,10 @@ export class AcsBrowser {
    * maxRunning} to hold and charge requests as a server does. `threads`: the CPU
    * backend's threads (default: the device's cores, at most 8); more than one needs a
    * cross-origin isolated page (COOP and COEP headers) and web/pkg-threads, else the
-   * engine runs on one. Resolves once loaded, with `info` = {backend, models, loadMs,
+   * engine runs on one. `cpuWeights`: where the CPU backend keeps the weights, "wasm"
+   * (wasm memory: fastest, up to 3 GiB), "js" (JS memory, each step copying a block
+   * at a time into wasm memory: any size the tab's memory takes, slower) or "auto"
+   * (the default: "wasm" while the file fits, else "js"). Resolves once loaded, with `info` = {backend, models, loadMs,
    * fromCache, bytes, threads, sharedMemory, uncached, persisted}: `uncached` says in
    * plain words why no copy was kept (the site's storage is full), `persisted` whether
    * the browser keeps the site's storage from eviction (set once the browser answers
@@ -54,13 +57,13 @@ export class AcsBrowser {
    * 503 `gpu_device_lost`, `onProgress` hears the load, and `onRecovered(info)` its end
    * (`info` then names the CPU backend; `onRecovered(null, error)` if it failed).
    */
-  static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, shared = false,
+  static async start({ url, file, backend = "auto", budget, modelId, persist = true, threads, cpuWeights, shared = false,
                        onProgress, onLost, onRecovered, workerUrl = new URL("./acs-worker.js", import.meta.url) } = {}) {
     const acs = new AcsBrowser();
     acs.#events = { onProgress, onLost, onRecovered };
     let worker;
     if (shared) {
-      worker = new SharedWorker(workerUrl, { type: "module", name: sharedName(url, file, backend, modelId) });
+      worker = new SharedWorker(workerUrl, { type: "module", name: sharedName(url, file, backend, modelId, cpuWeights) });
       acs.#worker = worker.port;
       acs.#shared = true;
     } else {
@@ -74,7 +77,7 @@ export class AcsBrowser {
         else if (m.type === "error") reject(new AcsError(m.error));
       };
       worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
-      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads });
+      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads, cpuWeights });
     });
     acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
     // A model just downloaded into the cache: ask the browser to keep the site's
@@ -218,11 +221,11 @@ export class AcsBrowser {
   }
 }
 
-// The shared worker of a model: one per model source, backend and id, so that only
-// pages that load the same model share an engine.
-function sharedName(url, file, backend, modelId) {
+// The shared worker of a model: one per model source, backend, id and place of the
+// CPU's weights, so that only pages that load the same model share an engine.
+function sharedName(url, file, backend, modelId, cpuWeights) {
   const files = file ? [file].flat().map((f) => `${f.name}:${f.size}`) : [new URL(url, location.href).href];
-  return `acs ${JSON.stringify({ files, backend, modelId })}`;
+  return `acs ${JSON.stringify({ files, backend, modelId, cpuWeights })}`;
 }
 
 function json(status, value, extra = {}) {

@@ -4,7 +4,7 @@
 // connects to it, one engine for all. A page talks to it by messages (acs-client.js):
 //
 //   page → worker  {type:"load", url | file (a File, or a split model's Files),
-//                   backend, budget, modelId, threads}
+//                   backend, budget, modelId, threads, cpuWeights}
 //                  {type:"call", id, method, args}      {type:"abort", id}
 //                  {type:"close"}  (a page leaves the shared worker)
 //   worker → page  {type:"progress", phase: "header" | "download" | "load", loaded,
@@ -405,6 +405,7 @@ async function load(m) {
   const snapshot = m.persist === false ? undefined : await idbGet("snapshot");
   const options = { backend: m.backend || "auto" };
   if (m.modelId) options.modelId = m.modelId;
+  if (m.cpuWeights) options.cpuWeights = m.cpuWeights;
   if (m.budget) options.budget = m.budget;
   if (snapshot) options.snapshot = snapshot;
   // Bytes and tensors as they reach the engine (each tensor goes to the GPU as soon

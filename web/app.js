@@ -82,8 +82,9 @@ async function ok(resp) {
 
 const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
 
-// The largest file the wasm CPU backend takes (acs-web's CPU_MAX_FILE: wasm32 addresses
-// 4 GiB, and the engine needs room beside the weights).
+// The largest file the wasm CPU backend keeps in wasm memory (acs-web's CPU_MAX_FILE:
+// wasm32 addresses 4 GiB, and the engine needs room beside the weights); a larger one
+// it keeps in JS memory, copying a block at a time into wasm memory each step.
 const CPU_MAX_FILE = 3 * 2 ** 30;
 
 // The largest buffer this browser's GPU binds (WebGPU's adapter limits), or null
@@ -101,7 +102,8 @@ async function describe(h, total) {
   const formats = Object.entries(h.formats).map(([f, n]) => `${f}×${n}`).join(" ");
   const device = navigator.deviceMemory ? `, this device about ${navigator.deviceMemory} GB` : "";
   let fits = "";
-  if (backend === "cpu" && h.weight_bytes > CPU_MAX_FILE) fits = " (over the 3 GiB the CPU backend holds: use WebGPU)";
+  if (backend === "cpu" && h.weight_bytes > CPU_MAX_FILE) fits = " (over the 3 GiB of wasm memory: the CPU backend keeps it in JS memory and copies " +
+    "a block at a time each step, slower; WebGPU is faster)";
   const binding = backend === "cpu" ? null : await gpuBinding();
   if (binding !== null && h.largest_tensor_bytes > binding) {
     fits = ` (its largest tensor, ${mb(h.largest_tensor_bytes)}, is over the ${mb(binding)} this GPU binds: ` +

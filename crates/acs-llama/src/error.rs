@@ -62,4 +62,8 @@ pub enum ModelError {
     /// a GPU) cannot run on the CPU.
     #[error("this model's weights are on the GPU only; the CPU backend cannot run it")]
     NoWeights,
+    /// A model's weights kept outside the process ([`crate::model::WeightSource`])
+    /// could not be read.
+    #[error("reading the model's weights failed: {0}")]
+    WeightSource(String),
 }

@@ -6,7 +6,8 @@
 //!   its chat template, rendered as `transformers` renders it;
 //! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes,
 //!   where each family's layers depart from the common block);
-//! - [`model`]: the batched CPU forward pass and its KV cache;
+//! - [`model`]: the batched CPU forward pass and its KV cache; `weights`: its
+//!   weights, in the file or staged from a [`model::WeightSource`] block by block;
 //! - [`quant`]: the weight formats, one file per family, and the matmuls over them;
 //! - [`cpu`]: instruction-set detection, the thread team, attention's f32 kernels;
 //! - `webgpu` (feature `webgpu`): the forward pass in WGSL compute shaders;
@@ -31,6 +32,7 @@ pub mod testgen;
 pub mod tokenizer;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
+mod weights;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
 pub use cpu::team::{join as join_team, plan_helpers};

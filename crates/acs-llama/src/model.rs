@@ -14,85 +14,16 @@ use std::sync::Arc;
 
 pub use crate::arch::KV_VALUE_BYTES;
 pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle, SlidingWindow};
-use crate::arch::{
-    BlockTensors, EMBED, MatrixRef, OUTPUT, OUTPUT_NORM, ROPE_FREQS, rope_inv_freq,
-    rope_inv_freq_local,
-};
+use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 use crate::chat_template::ChatTemplate;
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
 pub use crate::kv_cache::KvCache;
-use crate::quant::{self, GgmlType, MatJob, PackedMatrix, QuantError, QuantizedActivations};
+use crate::quant::{self, GgmlType, QuantizedActivations};
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
-
-/// A weight matrix of `rows × cols` values in a ggml format.
-#[derive(Debug, Clone)]
-pub struct Tensor {
-    /// Its format.
-    pub ty: GgmlType,
-    /// Rows (outputs of a matmul).
-    pub rows: usize,
-    /// Values per row (inputs of a matmul).
-    pub cols: usize,
-    /// The file that holds the bytes (mapped natively), and where: which of a split
-    /// model's files, and where in it.
-    file: Arc<GgufFile>,
-    part: u16,
-    start: usize,
-    len: usize,
-    /// The weights rearranged for this CPU's fastest kernel, where it has one.
-    packed: Option<Arc<PackedMatrix>>,
-}
-
-impl Tensor {
-    /// The raw bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.file.part_bytes(self.part)[self.start..self.start + self.len]
-    }
-
-    /// This matrix as one job of a [`quant::matmul_many`] call writing into `out`
-    /// (`out[b * rows + r] = W[r] · xs[b]`).
-    fn job<'a>(&'a self, out: &'a mut [f32]) -> MatJob<'a> {
-        MatJob {
-            ty: self.ty,
-            weights: self.bytes(),
-            packed: self.packed.as_deref(),
-            n_rows: self.rows,
-            out,
-        }
-    }
-
-    /// Row `r` as f32 (embedding lookups).
-    fn row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        let rb = self.ty.row_bytes(self.cols)?;
-        quant::dequantize_row(self.ty, &self.bytes()[r * rb..(r + 1) * rb], out)
-    }
-
-    /// Lets the file's copy of a repacked matrix leave resident memory: the kernels
-    /// read the panels alone, so the process would otherwise hold the matrix twice.
-    fn release_source(&self) {
-        if self.packed.is_some() {
-            self.file
-                .release(self.part, self.start..self.start + self.len);
-        }
-    }
-
-    /// Bytes a matmul over this tensor reads: its repacked panels where it has them.
-    fn read_bytes(&self) -> usize {
-        self.packed.as_ref().map_or(self.len, |p| p.data.len())
-    }
-
-    /// The whole tensor as f32 (small vectors such as norms).
-    fn to_f32(&self) -> Result<Vec<f32>, QuantError> {
-        let mut out = vec![0f32; self.rows * self.cols];
-        for (r, dst) in out.chunks_exact_mut(self.cols).enumerate() {
-            self.row(r, dst)?;
-        }
-        Ok(out)
-    }
-}
-type Block = BlockTensors<Tensor, Vec<f32>>;
+pub use crate::weights::WeightSource;
+use crate::weights::Weights;
 
 /// A loaded model: weights, tokenizer and hyper-parameters.
 #[derive(Debug)]
@@ -105,50 +36,6 @@ pub struct Model {
     pub chat_template: Option<ChatTemplate>,
     /// `None` for a model loaded from its header alone ([`Model::from_header`]).
     weights: Option<Weights>,
-}
-
-/// The CPU's copy of the weights.
-#[derive(Debug)]
-struct Weights {
-    embed: Tensor,
-    blocks: Vec<Block>,
-    out_norm: Vec<f32>,
-    output: Tensor,
-    /// RoPE's angle per position, one per rotated pair.
-    rope_inv_freq: Vec<f32>,
-    /// The same for the sliding-window layers, where the family has them.
-    rope_inv_freq_local: Option<Vec<f32>>,
-}
-
-fn tensor(
-    file: &Arc<GgufFile>,
-    name: &str,
-    cols: usize,
-    rows: usize,
-) -> Result<Tensor, ModelError> {
-    tensor_rows(file, MatrixRef::whole(name, cols, rows))
-}
-
-/// The matrix `m`: a whole tensor of the file, or rows of one (a view of the mapped
-/// bytes, no copy).
-fn tensor_rows(file: &Arc<GgufFile>, m: MatrixRef<'_>) -> Result<Tensor, ModelError> {
-    let (info, data) = file.tensor_data(m.name)?;
-    check_dims(info, m.cols, m.tensor_rows)?;
-    check_format(info, GgmlType::SUPPORTED)?;
-    let row_bytes = info.ty.row_bytes(m.cols)?;
-    let data = &data[m.first_row * row_bytes..(m.first_row + m.rows) * row_bytes];
-    let (rows, cols) = (m.rows, m.cols);
-    let start = data.as_ptr() as usize - file.part_bytes(info.part).as_ptr() as usize;
-    Ok(Tensor {
-        ty: info.ty,
-        rows,
-        cols,
-        file: Arc::clone(file),
-        part: info.part,
-        start,
-        len: data.len(),
-        packed: PackedMatrix::new(info.ty, data, rows, cols).map(Arc::new),
-    })
 }
 
 /// The `tokenizer.ggml.*` keys of a GGUF file; absent optional keys stay `None`.
@@ -256,55 +143,32 @@ impl Model {
         let config = ModelConfig::from_metadata(meta)?;
         let tokenizer = Tokenizer::from_spec(tokenizer_spec(meta)?)?;
         let chat_template = chat_template(meta, &tokenizer);
-        let c = &config;
-        let vec = |name: &str, n: usize| -> Result<Vec<f32>, ModelError> {
-            Ok(tensor(&file, name, n, 1)?.to_f32()?)
-        };
-        let embed = tensor(&file, EMBED, c.d_model, c.vocab)?;
-        let output = if file.header().tensor(OUTPUT).is_some() {
-            let output = tensor(&file, OUTPUT, c.d_model, c.vocab)?;
-            output.release_source();
-            output
-        } else {
-            embed.clone()
-        };
-        let blocks = (0..c.n_layers)
-            .map(|l| {
-                Block::load(
-                    c,
-                    l,
-                    &mut (),
-                    // A block's repacked matrices are read from their panels
-                    // alone: each lets its file copy go once repacked, so that the
-                    // load never holds the weights twice.
-                    |_, m| {
-                        let t = tensor_rows(&file, m)?;
-                        t.release_source();
-                        Ok(t)
-                    },
-                    |_, name, n| vec(name, n),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out_norm = vec(OUTPUT_NORM, c.d_model)?;
-        let factors = match file.header().tensor(ROPE_FREQS) {
-            Some(_) => Some(vec(ROPE_FREQS, c.rope_dims / 2)?),
-            None => None,
-        };
-        let rope_inv_freq = rope_inv_freq(c, factors.as_deref());
-        let rope_inv_freq_local = rope_inv_freq_local(c);
+        let weights = Weights::from_file(&file, &config)?;
         Ok(Model {
             config,
             tokenizer,
             chat_template,
-            weights: Some(Weights {
-                embed,
-                blocks,
-                out_norm,
-                output,
-                rope_inv_freq,
-                rope_inv_freq_local,
-            }),
+            weights: Some(weights),
+        })
+    }
+
+    /// Loads a model whose weights `source` keeps outside this process's memory (a
+    /// browser's JS memory, for a model larger than wasm32 addresses), from its
+    /// files' header (`header`, merged for a split model): each step stages one
+    /// block's matrices at a time into a buffer of the largest block's size.
+    pub fn from_source(
+        header: &GgufHeader,
+        source: Arc<dyn WeightSource>,
+    ) -> Result<Self, ModelError> {
+        let config = ModelConfig::from_metadata(&header.metadata)?;
+        let tokenizer = Tokenizer::from_spec(tokenizer_spec(&header.metadata)?)?;
+        let chat_template = chat_template(&header.metadata, &tokenizer);
+        let weights = Weights::from_source(header, source, &config)?;
+        Ok(Model {
+            config,
+            tokenizer,
+            chat_template,
+            weights: Some(weights),
         })
     }
 
@@ -331,14 +195,15 @@ impl Model {
     /// layer, as the kernels read them (repacked panels where a matrix has them); 0
     /// for a model without weights.
     pub fn weight_bytes_per_token(&self) -> u64 {
-        let Some(w) = &self.weights else { return 0 };
-        let blocks: usize = w
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
-            .map(Tensor::read_bytes)
-            .sum();
-        (blocks + w.output.read_bytes()) as u64
+        self.weights
+            .as_ref()
+            .map_or(0, |w| w.read_bytes_per_token() as u64)
+    }
+
+    /// Bytes of the buffer a model loaded [`Model::from_source`] stages its matrices
+    /// in (0 for one whose weights are in its file).
+    pub fn stage_bytes(&self) -> usize {
+        self.weights.as_ref().map_or(0, Weights::stage_bytes)
     }
 
     /// Whether the CPU can run this model (it was loaded with its weights).
@@ -462,10 +327,16 @@ impl Model {
         let mut qx = QuantizedActivations::default();
         let ops = F32Ops::detect();
 
+        let mut stage = w.stage();
         for (l, b) in w.blocks.iter().enumerate() {
+            let staged = stage.block(b)?;
             rms_norm(&x, &b.attn_norm, c.rms_eps, &mut xn);
             quant::matmul_many(
-                &mut [b.wq.job(&mut q), b.wk.job(&mut k), b.wv.job(&mut v)],
+                &mut [
+                    b.wq.job(staged, &mut q),
+                    b.wk.job(staged, &mut k),
+                    b.wv.job(staged, &mut v),
+                ],
                 d,
                 &xn,
                 &mut qx,
@@ -486,7 +357,7 @@ impl Model {
             self.rotate_and_append(l, batch, layer_angles, &mut q, &mut k, &v);
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
             self.attention(l, &q, &caches, &owner, &positions, &mut attn);
-            quant::matmul_many(&mut [b.wo.job(&mut proj)], qd, &attn, &mut qx)?;
+            quant::matmul_many(&mut [b.wo.job(staged, &mut proj)], qd, &attn, &mut qx)?;
             if let Some([post_attn, _]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_attn, c.rms_eps);
             }
@@ -494,7 +365,7 @@ impl Model {
 
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             quant::matmul_many(
-                &mut [b.gate.job(&mut gate), b.up.job(&mut up)],
+                &mut [b.gate.job(staged, &mut gate), b.up.job(staged, &mut up)],
                 d,
                 &xn,
                 &mut qx,
@@ -506,7 +377,7 @@ impl Model {
                     Activation::Gelu => ops.geglu(g, up),
                 }
             });
-            quant::matmul_many(&mut [b.down.job(&mut proj)], c.ffn, &gate, &mut qx)?;
+            quant::matmul_many(&mut [b.down.job(staged, &mut proj)], c.ffn, &gate, &mut qx)?;
             if let Some([_, post_ffn]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_ffn, c.rms_eps);
             }
@@ -546,7 +417,8 @@ impl Model {
             let mut hn = vec![0f32; h.len()];
             rms_norm(&h, &w.out_norm, c.rms_eps, &mut hn);
             let mut logits = vec![0f32; rows.len() * c.vocab];
-            quant::matmul_many(&mut [w.output.job(&mut logits)], d, &hn, &mut qx)?;
+            let staged = stage.bring(&[&w.output])?;
+            quant::matmul_many(&mut [w.output.job(staged, &mut logits)], d, &hn, &mut qx)?;
             let mut chunks = logits.chunks_exact(c.vocab);
             for (s, out) in batch.iter().zip(&mut outputs) {
                 let n = match s.logits {

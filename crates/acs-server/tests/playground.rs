@@ -295,3 +295,17 @@ fn pages_that_start_the_same_model_share_one_engine() {
         result["a"], result["b"], result["jobSeenByB"], result["sideBySide"], result["c"]
     );
 }
+
+/// The CPU backend with its weights in JS memory (tests/browser/js_weights.mjs), as a
+/// model past wasm32's 4 GiB loads: on the page's threads it samples what the weights
+/// in wasm memory sample, without the file in wasm memory.
+#[test]
+fn weights_kept_in_js_memory_sample_as_in_wasm_memory() {
+    let data = temp_dir("js-weights");
+    let server = Server::start(&data, &default_model(), &["--serve-model-file"]);
+    let result = drive(&server, "js_weights.mjs", &[]);
+    println!(
+        "weights in wasm memory: {} | in JS memory: {}",
+        result["wasm"], result["js"]
+    );
+}

@@ -180,10 +180,26 @@ impl Backend for Device {
 
     fn describe(&self) -> String {
         match &self.kind {
-            Kind::Cpu(_) => match acs_llama::threads() {
-                1 => "cpu".into(),
-                n => format!("cpu ({n} threads)"),
-            },
+            Kind::Cpu(m) => {
+                let threads = match acs_llama::threads() {
+                    1 => String::new(),
+                    n => format!("{n} threads"),
+                };
+                // Weights kept in JS memory cost a copy into wasm memory each step.
+                let js = if m.stage_bytes() > 0 {
+                    "weights in JS memory"
+                } else {
+                    ""
+                };
+                let notes: Vec<&str> = [threads.as_str(), js]
+                    .into_iter()
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                match notes.is_empty() {
+                    true => "cpu".into(),
+                    false => format!("cpu ({})", notes.join(", ")),
+                }
+            }
             Kind::Gpu(g) => {
                 let i = g.adapter_info();
                 let name = if i.name.is_empty() {

@@ -14,6 +14,7 @@
 #![cfg(target_arch = "wasm32")]
 
 pub mod device;
+mod js_weights;
 pub mod load;
 pub mod runtime;
 pub mod threads;
@@ -31,7 +32,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::device::Device;
-use crate::load::Builder;
+use crate::load::{Builder, CpuWeights};
 use crate::runtime::{Runtime, Settings};
 
 /// Why a model could not be loaded.
@@ -70,6 +71,18 @@ pub enum LoadError {
         /// The most the CPU backend takes.
         limit: u64,
     },
+    /// A file ended before its last tensor's bytes.
+    #[error(
+        "file {file} of the model ended after {have} bytes, short of the {need} its tensors take: a truncated download?"
+    )]
+    EndedEarly {
+        /// Which file (1 unless the model is split).
+        file: u16,
+        /// Bytes it gave.
+        have: u64,
+        /// Bytes its tensors reach to.
+        need: u64,
+    },
     /// The file ended inside its header.
     #[error("the file ended after {0} bytes, inside its GGUF header: a truncated download?")]
     Truncated(u64),
@@ -101,6 +114,11 @@ struct LoadOptions {
     budget: Option<BudgetOption>,
     /// The store an earlier page saved (`onChange`), so its jobs survive a reload.
     snapshot: Option<String>,
+    /// Where the CPU backend keeps the weights: `"wasm"` (wasm memory, up to 3 GiB),
+    /// `"js"` (JS memory, a block at a time staged into wasm memory each step: any
+    /// size the tab's memory takes, slower) or `"auto"` (the default: `"wasm"` while
+    /// the file fits, else `"js"`).
+    cpu_weights: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +138,10 @@ impl LoadOptions {
 
     fn backend(&self) -> &str {
         self.backend.as_deref().unwrap_or("auto")
+    }
+
+    fn cpu_weights(&self) -> Result<CpuWeights, LoadError> {
+        CpuWeights::parse(self.cpu_weights.as_deref())
     }
 }
 
@@ -145,7 +167,8 @@ impl Acs {
     pub async fn load(bytes: Vec<u8>, options: JsValue) -> Result<Acs, JsValue> {
         async {
             let options = LoadOptions::from_js(options)?;
-            let builder = Builder::new(options.backend(), Vec::new()).await?;
+            let builder =
+                Builder::new(options.backend(), Vec::new(), options.cpu_weights()?).await?;
             let (model, device) = if builder.keeps_file() {
                 load::cpu(vec![bytes])?
             } else {
@@ -230,7 +253,7 @@ impl Acs {
                     })?;
                 more.push(load::part_header(&prefix.to_vec())?);
             }
-            let mut builder = Builder::new(options.backend(), more).await?;
+            let mut builder = Builder::new(options.backend(), more, options.cpu_weights()?).await?;
             let mut reported = 0u64;
             for (i, file) in files.iter().enumerate() {
                 if i > 0 {
@@ -462,7 +485,7 @@ async fn feed(
         let chunk = get(&next, "value")
             .dyn_into::<js_sys::Uint8Array>()
             .map_err(|_| LoadError::Read("the stream gave something else than bytes".into()))?;
-        builder.push(&chunk.to_vec()).await?;
+        builder.push_js(&chunk).await?;
         progress(builder.progress());
     }
 }
@@ -486,7 +509,7 @@ fn get(target: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(target, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
 }
 
-fn describe(e: &JsValue) -> String {
+pub(crate) fn describe(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
         .or_else(|| e.as_string())

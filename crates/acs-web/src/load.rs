@@ -2,7 +2,8 @@
 //! API, a picked file). For WebGPU the weights go to the device tensor by tensor as
 //! their bytes arrive, so the file is never whole in wasm memory: only the header is
 //! kept (the tokenizer and the shape). The CPU backend keeps the whole file, since its
-//! weights are the file.
+//! weights are the file: in wasm memory, or, for a model past what wasm32 addresses, in
+//! JS memory, from which each step stages a block's matrices at a time.
 
 use std::sync::Arc;
 
@@ -12,6 +13,32 @@ use acs_llama::webgpu::{GpuLoader, pick_adapter, wgpu};
 
 use crate::LoadError;
 use crate::device::Device;
+use crate::js_weights::{JsFiles, JsPages};
+
+/// Where the CPU backend keeps a model's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuWeights {
+    /// In wasm memory up to [`CPU_MAX_FILE`], in JS memory past it.
+    Auto,
+    /// In wasm memory: the fastest, for files up to [`CPU_MAX_FILE`].
+    Wasm,
+    /// In JS memory, staged into wasm memory a block at a time each step.
+    Js,
+}
+
+impl CpuWeights {
+    /// The `cpuWeights` load option: `"auto"`, `"wasm"` or `"js"`.
+    pub fn parse(option: Option<&str>) -> Result<CpuWeights, LoadError> {
+        match option.unwrap_or("auto") {
+            "auto" => Ok(CpuWeights::Auto),
+            "wasm" => Ok(CpuWeights::Wasm),
+            "js" => Ok(CpuWeights::Js),
+            other => Err(LoadError::Options(format!(
+                "cpuWeights must be \"auto\", \"wasm\" or \"js\", not {other:?}"
+            ))),
+        }
+    }
+}
 
 /// Where the bytes fed so far have gone.
 #[derive(Debug)]
@@ -36,6 +63,13 @@ enum Feed {
         done: Vec<Vec<u8>>,
         bytes: Vec<u8>,
         lens: Vec<u64>,
+    },
+    /// The CPU backend's files in JS memory, with the header they make, and the
+    /// bytes each file must reach (its last tensor's end).
+    Js {
+        header: Box<GgufHeader>,
+        pages: JsPages,
+        need: Vec<u64>,
     },
 }
 
@@ -70,6 +104,7 @@ pub struct Builder {
     /// The file being fed, and how many the model has (1 until the header is read).
     part: u16,
     parts: u16,
+    cpu_weights: CpuWeights,
 }
 
 impl Builder {
@@ -78,8 +113,12 @@ impl Builder {
     ///
     /// A split model's further files' headers (`more_parts`, in order) come first:
     /// the weights of the first file can go to the GPU only once every tensor's
-    /// shape is known.
-    pub async fn new(backend: &str, more_parts: Vec<GgufHeader>) -> Result<Builder, LoadError> {
+    /// shape is known. `cpu_weights` says where the CPU backend keeps them.
+    pub async fn new(
+        backend: &str,
+        more_parts: Vec<GgufHeader>,
+        cpu_weights: CpuWeights,
+    ) -> Result<Builder, LoadError> {
         let gpu = match backend {
             "cpu" => None,
             "webgpu" => Some(Gpu {
@@ -109,15 +148,28 @@ impl Builder {
             more_parts,
             part: 0,
             parts: 1,
+            cpu_weights,
         })
     }
 
-    /// Whether the whole file will be kept (the CPU backend).
+    /// Whether the whole file will be kept in wasm memory (the CPU backend, unless
+    /// its weights are to be kept in JS memory).
     pub fn keeps_file(&self) -> bool {
-        matches!(
-            self.feed,
-            Some(Feed::Cpu { .. }) | Some(Feed::Header { gpu: None, .. })
-        )
+        self.cpu_weights != CpuWeights::Js
+            && matches!(
+                self.feed,
+                Some(Feed::Cpu { .. }) | Some(Feed::Header { gpu: None, .. })
+            )
+    }
+
+    /// Feeds the next bytes of the file, held by JS: kept there, without a copy in
+    /// wasm memory, where the weights are to stay in JS memory.
+    pub async fn push_js(&mut self, chunk: &js_sys::Uint8Array) -> Result<(), LoadError> {
+        if let Some(Feed::Js { pages, .. }) = &mut self.feed {
+            self.loaded += u64::from(chunk.length());
+            return pages.push_js(chunk);
+        }
+        self.push(&chunk.to_vec()).await
     }
 
     /// Progress so far.
@@ -158,7 +210,7 @@ impl Builder {
                             if let Some(split) = header.split()? {
                                 self.parts = split.count;
                             }
-                            Self::start(header, prefix, gpu).await?
+                            Self::start(header, prefix, gpu, self.cpu_weights).await?
                         }
                     }
                 }
@@ -186,6 +238,18 @@ impl Builder {
             } => {
                 bytes.extend_from_slice(chunk);
                 Feed::Cpu { done, bytes, lens }
+            }
+            Feed::Js {
+                header,
+                mut pages,
+                need,
+            } => {
+                pages.push(chunk)?;
+                Feed::Js {
+                    header,
+                    pages,
+                    need,
+                }
             }
         });
         Ok(())
@@ -231,6 +295,19 @@ impl Builder {
                     lens,
                 }
             }
+            Feed::Js {
+                header,
+                mut pages,
+                need,
+            } => {
+                check_fed(&pages, &need, self.part - 1)?;
+                pages.next_file();
+                Feed::Js {
+                    header,
+                    pages,
+                    need,
+                }
+            }
         });
         Ok(())
     }
@@ -241,16 +318,17 @@ impl Builder {
         header: GgufHeader,
         prefix: Vec<u8>,
         gpu: Option<Gpu>,
+        cpu_weights: CpuWeights,
     ) -> Result<Feed, LoadError> {
         let Some(gpu) = gpu else {
-            return cpu_feed(&header, prefix);
+            return cpu_feed(header, prefix, cpu_weights);
         };
         let model = Box::new(Model::from_header(&header)?);
         let mut loader = match GpuLoader::new(&header, gpu.adapter).await {
             Ok(l) => Box::new(l),
             Err(e) if gpu.required => return Err(LoadError::Gpu(e)),
             // `auto`: a model this GPU cannot take runs on the CPU.
-            Err(_) => return cpu_feed(&header, prefix),
+            Err(_) => return cpu_feed(header, prefix, cpu_weights),
         };
         let mut stream = TensorStream::new(&header)?;
         stream.push_pieces(&prefix, |t, b, last| {
@@ -292,8 +370,31 @@ impl Builder {
                 done.push(bytes);
                 Ok(cpu(done)?)
             }
+            Feed::Js {
+                header,
+                pages,
+                need,
+            } => {
+                check_fed(&pages, &need, self.part)?;
+                let source = std::sync::Arc::new(JsFiles::new(pages));
+                let model = Arc::new(Model::from_source(&header, source)?);
+                Ok((Arc::clone(&model), Device::cpu(model)))
+            }
         }
     }
+}
+
+/// File `part` (fed into `pages` up to now) reached its last tensor's end.
+fn check_fed(pages: &JsPages, need: &[u64], part: u16) -> Result<(), LoadError> {
+    let (have, need) = (pages.file_len(), need[usize::from(part)]);
+    if have < need {
+        return Err(LoadError::EndedEarly {
+            file: part + 1,
+            have,
+            need,
+        });
+    }
+    Ok(())
 }
 
 /// The header of the model: `first` alone, or merged with the headers of the split
@@ -308,27 +409,47 @@ fn merge(first: GgufHeader, more: Vec<GgufHeader>) -> Result<GgufHeader, LoadErr
 /// 4 GiB, and the engine needs room beside the weights.
 const CPU_MAX_FILE: u64 = 3 << 30;
 
-/// Collecting the file for the CPU, in one allocation of its size (growing by
-/// doubling could ask for twice as much), refused at once if it cannot fit.
-fn cpu_feed(header: &GgufHeader, mut prefix: Vec<u8>) -> Result<Feed, LoadError> {
+/// Collecting the file for the CPU: in wasm memory, in one allocation of its size
+/// (growing by doubling could ask for twice as much), or in JS memory where
+/// `cpu_weights` says so or the file cannot fit wasm memory.
+fn cpu_feed(
+    header: GgufHeader,
+    mut prefix: Vec<u8>,
+    cpu_weights: CpuWeights,
+) -> Result<Feed, LoadError> {
     // A model the engine cannot run is refused now, not once the file is in.
-    Model::from_header(header)?;
+    Model::from_header(&header)?;
     // Each file's length: to its last tensor's end (the first at least its header),
     // and the padding to the alignment that writers put after each tensor.
-    let mut lens = vec![header.data_offset];
-    lens.resize(header.part_data_offsets.len() + 1, 0);
+    let mut need = vec![header.data_offset];
+    need.resize(header.part_data_offsets.len() + 1, 0);
     for t in &header.tensors {
-        let len = &mut lens[usize::from(t.part)];
-        *len = (*len).max(header.tensor_range(t)?.end);
+        let end = &mut need[usize::from(t.part)];
+        *end = (*end).max(header.tensor_range(t)?.end);
     }
-    for len in &mut lens {
-        *len = len.next_multiple_of(header.alignment);
-    }
+    let lens: Vec<u64> = need
+        .iter()
+        .map(|n| n.next_multiple_of(header.alignment))
+        .collect();
     let total: u64 = lens.iter().sum();
-    if total > CPU_MAX_FILE {
-        return Err(LoadError::TooLarge {
-            bytes: total,
-            limit: CPU_MAX_FILE,
+    let js = match cpu_weights {
+        CpuWeights::Js => true,
+        CpuWeights::Auto => total > CPU_MAX_FILE,
+        CpuWeights::Wasm if total > CPU_MAX_FILE => {
+            return Err(LoadError::TooLarge {
+                bytes: total,
+                limit: CPU_MAX_FILE,
+            });
+        }
+        CpuWeights::Wasm => false,
+    };
+    if js {
+        let mut pages = JsPages::new();
+        pages.push(&prefix)?;
+        return Ok(Feed::Js {
+            header: Box::new(header),
+            pages,
+            need,
         });
     }
     prefix.reserve_exact((lens[0] as usize).saturating_sub(prefix.len()));

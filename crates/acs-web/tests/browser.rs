@@ -492,3 +492,47 @@ async fn a_split_model_streams_file_by_file_to_either_backend() {
         "the first file alone"
     );
 }
+
+/// The CPU backend with its weights in JS memory (`cpuWeights: "js"`, what a model
+/// past wasm32's 4 GiB takes) samples what it samples with them in wasm memory, from
+/// a stream, from bytes and from a split model's files; a file cut short is refused
+/// with what it lacks, and an unknown choice is refused by name.
+#[wasm_bindgen_test]
+async fn weights_in_js_memory_sample_as_in_wasm_memory() {
+    let bytes = model();
+    let options =
+        |weights: &str| js(&json!({"backend": "cpu", "modelId": "tiny", "cpuWeights": weights}));
+    let greedy = body(2, json!({"temperature": 0, "max_tokens": 6}));
+    let sampled = body(2, json!({"max_tokens": 6}));
+    let wasm = Acs::load_stream(stream_of(&bytes, 3000), options("wasm"), None)
+        .await
+        .expect("loads");
+    assert_eq!(wasm.backend(), "cpu");
+    let file = acs_llama::gguf::GgufFile::from_vec(bytes.clone()).unwrap();
+    let parts = acs_llama::gguf::split_model(&file, 3).unwrap();
+    let loads = [
+        Acs::load_stream(stream_of(&bytes, 3000), options("js"), None).await,
+        Acs::load(bytes.clone(), options("js")).await,
+        Acs::load_stream(parts_of(&parts, 1000), options("js"), None).await,
+    ];
+    for (i, acs) in loads.into_iter().enumerate() {
+        let acs = acs.unwrap_or_else(|e| panic!("load {i}: {e:?}"));
+        assert_eq!(acs.backend(), "cpu (weights in JS memory)", "load {i}");
+        for b in [&greedy, &sampled] {
+            let (want, got) = (complete(&wasm, b.clone()), complete(&acs, b.clone()));
+            let (want, got) = (want.await.unwrap(), got.await.unwrap());
+            assert_eq!(got["choices"], want["choices"], "load {i}");
+        }
+    }
+    let message = |e: JsValue| String::from(e.unchecked_into::<js_sys::Error>().message());
+    let cut = &bytes[..bytes.len() - 1000];
+    let e = Acs::load_stream(stream_of(cut, 4096), options("js"), None)
+        .await
+        .unwrap_err();
+    let m = message(e);
+    assert!(m.contains("file 1 of the model ended after"), "{m}");
+    let e = Acs::load_stream(stream_of(&bytes, 4096), options("disk"), None)
+        .await
+        .unwrap_err();
+    assert!(message(e).contains("cpuWeights must be"));
+}

@@ -307,6 +307,33 @@ const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + mes
 
 /// The bytes of the GGUF v3 file for `spec`.
 pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
+    Ok(test_model_writer(spec, &|_| true)?.to_bytes())
+}
+
+/// Writes to `path` the GGUF file for `spec` whose blocks' matrices are random only
+/// in the blocks `random` picks, and zero in the others: a file past 4 GiB (what a
+/// browser's wasm32 memory addresses) in seconds, where random values everywhere
+/// would take minutes in a test build. The zero blocks add nothing to the residual
+/// stream, but still run every kernel; the embedding, the output matrix and the
+/// random blocks decide the tokens.
+pub fn write_large_test_model(
+    spec: &TestModelSpec,
+    random: &dyn Fn(usize) -> bool,
+    path: impl AsRef<std::path::Path>,
+) -> Result<(), TestGenError> {
+    let w = test_model_writer(spec, random)?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    w.write_to(&mut out)?;
+    std::io::Write::flush(&mut out)?;
+    Ok(())
+}
+
+/// The writer of [`test_model_bytes`], with the blocks' matrices zero where `random`
+/// answers false (see [`write_large_test_model`]).
+fn test_model_writer(
+    spec: &TestModelSpec,
+    random: &dyn Fn(usize) -> bool,
+) -> Result<GgufWriter, TestGenError> {
     spec.check()?;
     let s = spec;
     let mut w = GgufWriter::new();
@@ -384,7 +411,14 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
     let kv_dim = s.head_dim() * s.n_kv_heads;
     let q_dim = s.head_dim() * s.n_heads;
     let recipe = s.family.recipe();
+    let zero = std::cell::Cell::new(false);
     let mut matrix = |w: &mut GgufWriter, name: &str, cols: usize, rows: usize, ty: GgmlType| {
+        if zero.get() {
+            // Zero bytes are zero values in every format (a block's scale is 0).
+            let bytes = vec![0u8; ty.row_bytes(cols)? * rows];
+            w.add_tensor(name, &[cols as u64, rows as u64], ty, bytes)?;
+            return Ok(());
+        }
         let scale = (3.0 / cols as f32).sqrt(); // uniform with variance 1/cols
         let vals: Vec<f32> = (0..cols * rows).map(|_| rng.uniform() * scale).collect();
         let rb = ty.row_bytes(cols)?;
@@ -412,6 +446,7 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         |w: &mut GgufWriter, name: &str, rng: &mut SplitMix| norm_of(w, name, s.d_model, rng);
     let mut norm_rng = SplitMix(s.seed ^ 0x5eed);
     for l in 0..s.n_layers {
+        zero.set(!random(l));
         let n = |t: &str| format!("blk.{l}.{t}.weight");
         let wt = s.weight_type;
         let vt = s.value_down_type.unwrap_or(wt);
@@ -450,6 +485,7 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
         }
         matrix(&mut w, &n("ffn_down"), s.ffn, s.d_model, vt)?;
     }
+    zero.set(false);
     norm(&mut w, "output_norm.weight", &mut norm_rng)?;
     if let Some(f) = &s.rope_freq_factors {
         let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -458,7 +494,7 @@ pub fn test_model_bytes(spec: &TestModelSpec) -> Result<Vec<u8>, TestGenError> {
     if !s.tied {
         matrix(&mut w, "output.weight", s.d_model, s.vocab, s.embed_type)?;
     }
-    Ok(w.to_bytes())
+    Ok(w)
 }
 
 /// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.

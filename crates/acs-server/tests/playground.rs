@@ -309,3 +309,45 @@ fn weights_kept_in_js_memory_sample_as_in_wasm_memory() {
         result["wasm"], result["js"]
     );
 }
+
+/// A model past what wasm32 addresses (tests/browser/big.mjs): a generated file of
+/// 4.38 GB (F32 matrices, random in its first and last blocks, zero between), picked in
+/// headless Chromium, loads and samples on WebGPU with the engine alone in wasm
+/// memory, and on the CPU with its weights in JS memory; both sample the same tokens.
+#[test]
+fn a_model_past_4_gib_runs_on_webgpu_and_on_the_cpu() {
+    use acs_llama::quant::GgmlType;
+    use acs_llama::testgen::{TestModelSpec, write_large_test_model};
+
+    /// The file goes with the test, passed or failed: it is 4.38 GB.
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let spec = TestModelSpec {
+        d_model: 2048,
+        n_layers: 18,
+        n_heads: 32,
+        n_kv_heads: 8,
+        ffn: 8192,
+        weight_type: GgmlType::F32,
+        embed_type: GgmlType::F32,
+        tied: false,
+        ..TestModelSpec::tiny()
+    };
+    let file = Removed(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("big-model.gguf"));
+    let last = spec.n_layers - 1;
+    write_large_test_model(&spec, &|l| l == 0 || l == last, &file.0).unwrap();
+    let bytes = std::fs::metadata(&file.0).unwrap().len();
+    assert!(bytes > 1 << 32, "{bytes} bytes");
+
+    let data = temp_dir("big");
+    let server = Server::start(&data, &default_model(), &[]);
+    let result = drive(&server, "big.mjs", &[file.0.as_ref()]);
+    println!(
+        "a model of {bytes} bytes: on WebGPU {} | on the CPU {}",
+        result["webgpu"], result["cpu"]
+    );
+}

@@ -88,6 +88,15 @@ impl GgufWriter {
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out)
+            .expect("writing to a Vec does not fail");
+        out
+    }
+
+    /// Writes the file: the header, then each tensor's bytes as they are held (no
+    /// copy of the whole file is made, so a file of many GB writes in its size).
+    pub fn write_to(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
         let align = self.alignment() as usize;
         let mut out = Vec::new();
         out.extend_from_slice(&GGUF_MAGIC);
@@ -111,16 +120,13 @@ impl GgufWriter {
             offset = (offset + data.len()).next_multiple_of(align);
         }
         out.resize(out.len().next_multiple_of(align), 0);
+        w.write_all(&out)?;
+        let padding = vec![0u8; align];
         for (_, _, _, data) in &self.tensors {
-            out.extend_from_slice(data);
-            out.resize(out.len().next_multiple_of(align), 0);
+            w.write_all(data)?;
+            w.write_all(&padding[..data.len().next_multiple_of(align) - data.len()])?;
         }
-        out
-    }
-
-    /// Writes the file.
-    pub fn write_to(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
-        w.write_all(&self.to_bytes())
+        Ok(())
     }
 }
 

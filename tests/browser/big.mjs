@@ -5,10 +5,9 @@
 // same greedy tokens. Prints one JSON line.
 //
 // usage: node big.mjs BASE_URL MODEL.gguf
-import { launch } from "./page.mjs";
+import { runScript } from "./page.mjs";
 
 const [base, model] = process.argv.slice(2);
-const browser = await launch();
 const out = { ok: false };
 
 // Loads the picked file on `backend`, samples greedily and ends the engine.
@@ -24,7 +23,7 @@ const run = (page, backend) => page.evaluate(async (backend) => {
   return { backend: b, wasmMemory, bytes, loadMs: Math.round(loadMs), sampleMs, texts: c.choices.map((ch) => ch.text) };
 }, backend);
 
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage();
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
@@ -42,10 +41,4 @@ try {
     webgpu.wasmMemory < 2 ** 28 && cpu.wasmMemory < 2 ** 30 &&
     cpu.texts.length === 1 && cpu.texts[0].length > 0 &&
     JSON.stringify(cpu.texts) === JSON.stringify(webgpu.texts);
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

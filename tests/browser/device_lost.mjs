@@ -11,7 +11,7 @@
 // engine's stats.
 //
 // usage: node device_lost.mjs BASE_URL SCREENSHOT.png
-import { launch, loadModel } from "./page.mjs";
+import { loadModel, runScript } from "./page.mjs";
 
 const [base, shot] = process.argv.slice(2);
 const WRAPPER = `
@@ -38,9 +38,8 @@ async function sample(page) {
   return page.$$eval(".choice", (els) => els.map((e) => e.textContent));
 }
 
-const browser = await launch();
 const out = { ok: false };
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1100, height: 1000 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.route("**/acs-worker.js", (route) => route.fulfill({
@@ -73,10 +72,4 @@ try {
     out.during.status === 503 && out.during.code === "gpu_device_lost" && /GPU device was lost/.test(out.during.message) &&
     /destroy/i.test(out.after.lost) && /^the GPU was lost \(.*destroy.*\); loaded .* · cpu/i.test(out.after.load) &&
     out.after.texts.length === 4 && out.after.texts.every((t) => t.length > 0);
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

@@ -3,12 +3,11 @@
 // four choices. Prints one JSON line with what the page showed.
 //
 // usage: node example.mjs BASE_URL
-import { launch } from "./page.mjs";
+import { runScript } from "./page.mjs";
 
 const [base] = process.argv.slice(2);
-const browser = await launch();
 const out = { ok: false };
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage();
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   page.on("pageerror", (e) => console.error("page error:", e.message));
@@ -17,10 +16,4 @@ try {
   out.lines = (await page.textContent("#out")).split("\n");
   out.isolated = await page.evaluate(() => self.crossOriginIsolated);
   out.ok = out.lines.length === 4 && out.lines.every((l, i) => l.startsWith(`${i}: `) && l.length > 3);
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

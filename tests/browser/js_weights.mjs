@@ -6,10 +6,9 @@
 // both engines' wasm memory and tokens/s.
 //
 // usage: node js_weights.mjs BASE_URL
-import { launch } from "./page.mjs";
+import { runScript } from "./page.mjs";
 
 const [base] = process.argv.slice(2);
-const browser = await launch();
 const out = { ok: false };
 
 // Starts an engine with its weights in `cpuWeights`, samples two prompts × n=2
@@ -31,7 +30,7 @@ const run = (page, cpuWeights) => page.evaluate(async (cpuWeights) => {
   };
 }, cpuWeights);
 
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage();
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
@@ -45,10 +44,4 @@ try {
     js.texts.length === 4 && JSON.stringify(js.texts) === JSON.stringify(wasm.texts) &&
     // The file is not in wasm memory: the engine and one block's matrices are.
     js.wasmMemory + js.bytes / 2 < wasm.wasmMemory;
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

@@ -10,10 +10,9 @@
 // offered among the recent ones. Saves a screenshot; prints one JSON line.
 //
 // usage: node models.mjs BASE_URL SCREENSHOT.png
-import { launch, loadModel } from "./page.mjs";
+import { loadModel, runScript } from "./page.mjs";
 
 const [base, shot] = process.argv.slice(2);
-const browser = await launch();
 const out = { ok: false, loads: [] };
 
 const cached = (page) => page.$$eval("#cached tbody tr", (trs) =>
@@ -29,7 +28,7 @@ async function load(page, label) {
   return out.loads.at(-1);
 }
 
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
@@ -74,10 +73,4 @@ try {
     !full.fromCache && full.uncached === "true" && full.cached.length === 0 &&
     /not kept: the browser has no room to keep this [\d.]+ MB model for this site .* Delete cached models to make room/.test(full.text) &&
     /· cpu/.test(full.text) && out.recent.includes("/model.gguf") && /this site stores/.test(out.storage);
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

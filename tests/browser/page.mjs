@@ -28,3 +28,19 @@ export async function loadModel(page, backend, timeout = 300_000, threads = "") 
     threads: Number(s.dataset.threads), sharedMemory: s.dataset.sharedMemory === "true",
   }));
 }
+
+// Runs `steps(browser)` in a fresh headless Chromium, then prints `out` as the one JSON
+// line the Rust tests read (`out.error` holds what threw) and sets the exit status
+// from `out.ok`, which the steps set once every check held.
+export async function runScript(steps, out) {
+  const browser = await launch();
+  try {
+    await steps(browser);
+  } catch (e) {
+    out.error = String(e.stack || e);
+  } finally {
+    console.log(JSON.stringify(out));
+    if (!out.ok) process.exitCode = 1;
+    await browser.close();
+  }
+}

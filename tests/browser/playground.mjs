@@ -18,12 +18,11 @@
 //
 // usage: node playground.mjs BASE_URL API_KEY SCREENSHOT.png MODEL.gguf
 import { fileURLToPath } from "node:url";
-import { launch, loadModel } from "./page.mjs";
+import { loadModel, runScript } from "./page.mjs";
 
 const openaiDir = fileURLToPath(new URL("./node_modules/openai/", import.meta.url));
 
 const [base, key, shot, modelFile] = process.argv.slice(2);
-const browser = await launch();
 const RUN_TIMEOUT = 600_000;
 
 async function sample(page) {
@@ -40,7 +39,7 @@ async function sample(page) {
 const fourInOrder = (r) => r.cells.length === 4 && r.cells.every((c, i) => c.index === i && c.text.length > 0 && c.finish);
 
 const out = { ok: false };
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1100, height: 1300 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
@@ -159,10 +158,4 @@ try {
     out.chat.first.every((c) => c.join() === "system,user,assistant") &&
     out.chat.continued[0].join() === "system,user,assistant,user,assistant" &&
     out.chat.continued[1].join() === "system,user,assistant";
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  if (!out.ok) process.exitCode = 1;
-  await browser.close();
-}
+}, out);

@@ -7,10 +7,9 @@
 // own. Prints one JSON line.
 //
 // usage: node shared.mjs BASE_URL
-import { launch } from "./page.mjs";
+import { runScript } from "./page.mjs";
 
 const [base] = process.argv.slice(2);
-const browser = await launch();
 const out = { ok: false };
 
 // Starts a shared engine in `page` (window.shared) and returns its load info.
@@ -28,7 +27,7 @@ const sample = (page, prompt) => page.evaluate(async (prompt) => {
   return c.choices[0].text;
 }, prompt);
 
-try {
+await runScript(async (browser) => {
   const context = await browser.newContext();
   const a = await context.newPage();
   const b = await context.newPage();
@@ -64,9 +63,4 @@ try {
   out.ok = out.a.shared && !out.a.attached && out.b.shared && out.b.attached &&
     out.b.loadMs === out.a.loadMs && out.jobSeenByB?.status === "succeeded" && out.jobSeenByB.choices === 1 &&
     ta.length > 0 && ta === tb && out.afterClose === ta && out.c.shared && !out.c.attached;
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  await browser.close();
-}
+}, out);

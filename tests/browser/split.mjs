@@ -14,7 +14,7 @@
 import { createServer } from "node:http";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { launch, loadModel } from "./page.mjs";
+import { loadModel, runScript } from "./page.mjs";
 
 const [base, dir, shot] = process.argv.slice(2);
 const names = readdirSync(dir).filter((n) => /-of-\d{5}\.gguf$/.test(n)).sort();
@@ -57,7 +57,6 @@ const server = createServer((req, res) => {
 await new Promise((r) => server.listen(0, "127.0.0.1", r));
 const origin = `http://127.0.0.1:${server.address().port}`;
 
-const browser = await launch();
 const out = { ok: false, parts: names };
 const prompt = { model: "llama-8b", prompt: "The capital of France is", max_tokens: 8, temperature: 0 };
 const sample = (page) => page.evaluate(async (p) => (await window.acs.completions(p)).choices[0].text, prompt);
@@ -69,7 +68,7 @@ async function loadUrl(page, url) {
   return { ...l, header, uncached, text: l.text };
 }
 
-try {
+await runScript(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
   page.on("console", (m) => { if (m.type() === "error") console.error("page:", m.text()); });
   await page.goto(`${base}/`);
@@ -107,10 +106,5 @@ try {
     names.every((n) => out.cached.includes(`${origin}/${n}`)) &&
     picked.text.includes(names.join(", ")) && out.picked.sample === expect &&
     /cannot load the model: .*2 of the model's 3 parts were given/.test(out.short);
-} catch (e) {
-  out.error = String(e.stack || e);
-} finally {
-  console.log(JSON.stringify(out));
-  await browser.close();
-  server.close();
-}
+}, out);
+server.close();

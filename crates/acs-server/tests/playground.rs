@@ -207,7 +207,7 @@ fn the_npm_package_installs_type_checks_and_runs_its_example() {
     let model = default_model();
     let server = Server::start(&data, &model, &["--serve-model-file", "--web", site_arg]);
     let result = drive(&server, "example.mjs", &[]);
-    println!("the npm package's example page: {}", result["lines"]);
+    println!("the npm package's example page: {}", result["text"]);
 }
 
 /// The GPU device lost mid-session (tests/browser/device_lost.mjs: the playground on

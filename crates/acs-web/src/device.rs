@@ -181,23 +181,18 @@ impl Backend for Device {
     fn describe(&self) -> String {
         match &self.kind {
             Kind::Cpu(m) => {
-                let threads = match acs_llama::threads() {
-                    1 => String::new(),
-                    n => format!("{n} threads"),
-                };
+                let mut notes = Vec::new();
+                if acs_llama::threads() > 1 {
+                    notes.push(format!("{} threads", acs_llama::threads()));
+                }
                 // Weights kept in JS memory cost a copy into wasm memory each step.
-                let js = if m.stage_bytes() > 0 {
-                    "weights in JS memory"
+                if m.stage_bytes() > 0 {
+                    notes.push("weights in JS memory".to_owned());
+                }
+                if notes.is_empty() {
+                    "cpu".into()
                 } else {
-                    ""
-                };
-                let notes: Vec<&str> = [threads.as_str(), js]
-                    .into_iter()
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                match notes.is_empty() {
-                    true => "cpu".into(),
-                    false => format!("cpu ({})", notes.join(", ")),
+                    format!("cpu ({})", notes.join(", "))
                 }
             }
             Kind::Gpu(g) => {

@@ -44,35 +44,38 @@ impl JsPages {
     }
 
     /// Appends the next bytes of the file being fed.
-    pub fn push(&mut self, mut chunk: &[u8]) -> Result<(), LoadError> {
-        while !chunk.is_empty() {
-            let at = (self.len % PAGE as u64) as usize;
-            if at == 0 {
-                self.pages.push(new_page()?);
-            }
-            let n = chunk.len().min(PAGE - at);
-            let page = self.pages.last().expect("a page was made");
-            page.subarray(at as u32, (at + n) as u32)
-                .copy_from(&chunk[..n]);
-            chunk = &chunk[n..];
-            self.len += n as u64;
-        }
-        Ok(())
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), LoadError> {
+        self.append(chunk.len(), |page, at, from, n| {
+            page.subarray(at, at + n)
+                .copy_from(&chunk[from as usize..(from + n) as usize]);
+        })
     }
 
     /// Appends a chunk that JS holds, without a copy in wasm memory.
     pub fn push_js(&mut self, chunk: &Uint8Array) -> Result<(), LoadError> {
-        let (mut from, end) = (0u32, chunk.length());
-        while from < end {
+        self.append(chunk.length() as usize, |page, at, from, n| {
+            page.set(&chunk.subarray(from, from + n), at);
+        })
+    }
+
+    /// Appends `len` bytes page by page: `copy(page, at, from, n)` puts the chunk's
+    /// bytes `from..from + n` at `at` of the page.
+    fn append(
+        &mut self,
+        len: usize,
+        mut copy: impl FnMut(&Uint8Array, u32, u32, u32),
+    ) -> Result<(), LoadError> {
+        let mut from = 0usize;
+        while from < len {
             let at = (self.len % PAGE as u64) as usize;
             if at == 0 {
                 self.pages.push(new_page()?);
             }
-            let n = (end - from).min((PAGE - at) as u32);
+            let n = (len - from).min(PAGE - at);
             let page = self.pages.last().expect("a page was made");
-            page.set(&chunk.subarray(from, from + n), at as u32);
+            copy(page, at as u32, from as u32, n as u32);
             from += n;
-            self.len += u64::from(n);
+            self.len += n as u64;
         }
         Ok(())
     }

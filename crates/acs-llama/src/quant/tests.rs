@@ -395,7 +395,7 @@ fn packed_matches_plain_and_batches_exactly() {
 }
 
 fn packed_case(ty: GgmlType) {
-    let (rows, cols, batch) = (24, 256, 9);
+    let (rows, cols, batch) = (24, 512, 9);
     let rb = ty.row_bytes(cols).unwrap();
     let mut w = vec![0u8; rb * rows];
     for (r, b) in values(8, rows * cols)

@@ -400,12 +400,20 @@ packed_q2_k_kernel!(
     q4_1_widen_plain
 );
 
-/// Eight rows' signed 8-bit scales of one Q6_K group of 16 values, as floats.
+/// Eight rows' signed 8-bit scales (Q6_K's, Q3_K's) of one group of 16 values, a
+/// row a lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sbytes8_epi32(b: &[u8]) -> __m256i {
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v as i64))
+}
+
+/// [`sbytes8_epi32`] as floats.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn sbytes8_ps(b: &[u8]) -> __m256 {
-    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v as i64)))
+    _mm256_cvtepi32_ps(sbytes8_epi32(b))
 }
 
 /// `s +` Σ u8 × i8 of four values per lane, with AVX-VNNI.
@@ -415,79 +423,177 @@ fn q6_step_vnni(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     add_mul_sum_us8_vnni(s, w, x)
 }
 
-/// [`q6_step_vnni`] without VNNI, widened at once: a pair of 6-bit values and
-/// activations reaches 2 × 63 × 127, so two of them could overflow 16 bits. The
-/// integer sums are exact either way.
+/// One block's Q6_K groups, unpacked: for each Q4_1 group `g` of the block's bytes
+/// `q`, the values it meets in the low half (`.0`) and in the high half (`.1`),
+/// each its four low bits with its two high bits added from their own bytes.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn q6_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
-    _mm256_add_epi32(s, mul_sum_us8(w, x))
+fn q6_k_group(q: &[u8], g: usize) -> (__m256i, __m256i) {
+    let (mask, three) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
+    let wg = load32(&q[32 * g..]);
+    let hw = load32(&q[128 + 32 * (g / 2)..]);
+    let shift = 4 * (g as i32 % 2);
+    let high = |shift: i32| {
+        let bits = _mm256_and_si256(_mm256_srl_epi16(hw, _mm_cvtsi32_si128(shift)), three);
+        _mm256_slli_epi16(bits, 4)
+    };
+    let wl = _mm256_or_si256(_mm256_and_si256(wg, mask), high(shift));
+    let wh = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask),
+        high(shift + 2),
+    );
+    (wl, wh)
 }
 
-/// Q6_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values,
-/// the Q4_1 panels' groups with each value's two high bits added from their own
-/// bytes, a sum per half (their scales differ), the `32 ×` offset of the stored
-/// values taken off each half in integers with the activations' half sums, then the
-/// halves' scales `d·sc` (exact in f32). Every (row, vector) pair sees the same
-/// operations in the same order whatever `V`.
-macro_rules! packed_q6_k_kernel {
-    ($name:ident, $features:tt, $step:ident) => {
-        #[inline]
-        #[target_feature(enable = $features)]
-        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let (mask, three) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
-            let share = prefetch_stride(ahead, x.nb / 8);
-            let mut acc = [_mm256_setzero_ps(); V];
-            for sb in 0..x.nb / 8 {
-                let b = &panel[1680 * sb..1680 * sb + 1680];
-                prefetch_share(ahead, sb, share);
-                let d = _mm256_cvtph_ps(load16(b));
-                for j in 0..8 {
-                    let i = 8 * sb + j;
-                    let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
-                    let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
-                    let q = &b[144 + 192 * j..144 + 192 * j + 192];
-                    let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-                    let mut lo = [_mm256_setzero_si256(); V];
-                    let mut hi = [_mm256_setzero_si256(); V];
-                    for g in 0..4 {
-                        let wg = load32(&q[32 * g..]);
-                        let hw = load32(&q[128 + 32 * (g / 2)..]);
-                        let shift = 4 * (g as i32 % 2);
-                        let high = |shift: i32| {
-                            let bits = _mm256_and_si256(
-                                _mm256_srl_epi16(hw, _mm_cvtsi32_si128(shift)),
-                                three,
-                            );
-                            _mm256_slli_epi16(bits, 4)
-                        };
-                        let wl = _mm256_or_si256(_mm256_and_si256(wg, mask), high(shift));
-                        let wh = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask),
-                            high(shift + 2),
-                        );
-                        for v in 0..V {
-                            lo[v] = $step(lo[v], wl, broadcast4(xs[v], 4 * g));
-                            hi[v] = $step(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
-                        }
-                    }
-                    for v in 0..V {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let off = |k: usize| _mm256_set1_epi32(32 * i32::from(xb.sums[k]));
-                        let pl = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo[v], off(0)));
-                        let ph = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi[v], off(1)));
-                        let xd = _mm256_set1_ps(xb.d);
-                        acc[v] = _mm256_fmadd_ps(pl, _mm256_mul_ps(sc_lo, xd), acc[v]);
-                        acc[v] = _mm256_fmadd_ps(ph, _mm256_mul_ps(sc_hi, xd), acc[v]);
-                    }
+/// Q6_K panels of a [`PackedMatrix`] against `V` vectors, with AVX-VNNI: per block
+/// of 32 values, the Q4_1 panels' groups ([`q6_k_group`]), a sum per half (their
+/// scales differ), the `32 ×` offset of the stored values taken off each half in
+/// integers with the activations' half sums. The halves then meet their integer
+/// scales in f32, exactly (each product is under 2^23, their sum under 2^24), so the
+/// block's integer total is what the kernel without VNNI sums in integers, and both
+/// scale it by `d` alike. Every (row, vector) pair sees the same operations in the
+/// same order whatever `V`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn packed_q6_k_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    let share = prefetch_stride(ahead, x.nb / 8);
+    let mut acc = [_mm256_setzero_ps(); V];
+    for sb in 0..x.nb / 8 {
+        let b = &panel[1680 * sb..1680 * sb + 1680];
+        prefetch_share(ahead, sb, share);
+        let d = _mm256_cvtph_ps(load16(b));
+        for j in 0..8 {
+            let i = 8 * sb + j;
+            let sc_lo = sbytes8_ps(&b[16 + 16 * j..]);
+            let sc_hi = sbytes8_ps(&b[24 + 16 * j..]);
+            let q = &b[144 + 192 * j..144 + 192 * j + 192];
+            let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+            let mut lo = [_mm256_setzero_si256(); V];
+            let mut hi = [_mm256_setzero_si256(); V];
+            for g in 0..4 {
+                let (wl, wh) = q6_k_group(q, g);
+                for v in 0..V {
+                    lo[v] = q6_step_vnni(lo[v], wl, broadcast4(xs[v], 4 * g));
+                    hi[v] = q6_step_vnni(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
                 }
             }
-            std::array::from_fn(|v| lanes(acc[v]))
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let off = |k: usize| _mm256_set1_epi32(32 * i32::from(xb.sums[k]));
+                let pl = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo[v], off(0)));
+                let ph = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi[v], off(1)));
+                let total = _mm256_fmadd_ps(pl, sc_lo, _mm256_mul_ps(ph, sc_hi));
+                let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                acc[v] = _mm256_fmadd_ps(total, dx, acc[v]);
+            }
         }
-    };
+    }
+    std::array::from_fn(|v| lanes(acc[v]))
 }
-packed_q6_k_kernel!(packed_q6_k_vnni, "avx2,fma,f16c,avxvnni", q6_step_vnni);
-packed_q6_k_kernel!(packed_q6_k_plain, "avx2,fma,f16c", q6_step_plain);
+
+/// [`packed_q6_k_vnni`] without VNNI: each group's `vpmaddubsw` pair sums (at most
+/// 2 × 63 × 127, no saturation) meet their half's scale in the `vpmaddwd` that
+/// widens them, so a block keeps one integer sum a vector, scaled already, and
+/// the `32 ×` offset comes off it with one more `vpmaddwd` of the two halves'
+/// scales and the activations' half sums. The integer total is exact (at most
+/// 2 × 16 × 32 × 127 × 128 in size), the one [`packed_q6_k_vnni`] makes. With
+/// `UNPACKED`, each block's groups come ready from `values` (see
+/// [`unpack_q6_k_panel`]) instead of being unpacked from the panel's bits: the same
+/// bytes, so the same sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_plain<const V: usize, const UNPACKED: bool>(
+    panel: &[u8],
+    ahead: &[u8],
+    values: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 8]; V] {
+    // The low 16 bits of each 32-bit lane, twice: a row's scale beside itself.
+    let twice = _mm256_setr_epi8(
+        0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12,
+        13, 12, 13,
+    );
+    let share = prefetch_stride(ahead, x.nb / 8);
+    let mut acc = [_mm256_setzero_ps(); V];
+    for sb in 0..x.nb / 8 {
+        let b = &panel[1680 * sb..1680 * sb + 1680];
+        prefetch_share(ahead, sb, share);
+        let d = _mm256_cvtph_ps(load16(b));
+        for j in 0..8 {
+            let i = 8 * sb + j;
+            let sc_lo = _mm256_shuffle_epi8(sbytes8_epi32(&b[16 + 16 * j..]), twice);
+            let sc_hi = _mm256_shuffle_epi8(sbytes8_epi32(&b[24 + 16 * j..]), twice);
+            // Each row's two scales side by side, for the offsets.
+            let sc_pair = _mm256_blend_epi16::<0xAA>(sc_lo, sc_hi);
+            let q = &b[144 + 192 * j..144 + 192 * j + 192];
+            let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+            let mut sums = [_mm256_setzero_si256(); V];
+            for g in 0..4 {
+                let (wl, wh) = if UNPACKED {
+                    let u = &values[256 * i..256 * i + 256];
+                    (load32(&u[32 * g..]), load32(&u[128 + 32 * g..]))
+                } else {
+                    q6_k_group(q, g)
+                };
+                for v in 0..V {
+                    let l = _mm256_maddubs_epi16(wl, broadcast4(xs[v], 4 * g));
+                    let h = _mm256_maddubs_epi16(wh, broadcast4(xs[v], 16 + 4 * g));
+                    let scaled =
+                        _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
+                    sums[v] = _mm256_add_epi32(sums[v], scaled);
+                }
+            }
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
+                let off = _mm256_madd_epi16(sc_pair, _mm256_set1_epi32(s0 | s1 << 16));
+                let total = _mm256_sub_epi32(sums[v], _mm256_slli_epi32::<5>(off));
+                let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+                acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), dx, acc[v]);
+            }
+        }
+    }
+    std::array::from_fn(|v| lanes(acc[v]))
+}
+
+/// [`q6_k_plain`] unpacking each block's bits as it goes: one pass over the panel.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn packed_q6_k_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    q6_k_plain::<V, false>(panel, ahead, &[], x)
+}
+
+/// An 8-row Q6_K panel's values (`nb` blocks), unpacked once for the many tiles of
+/// a long batch: for each block, the groups of [`q6_k_group`], the low halves'
+/// four then the high halves', 256 bytes. Each tile then loads its weights where
+/// it would unpack them (eleven instructions a group, shared by only four
+/// vectors), and the registers those took hold sums. The next panel (`ahead`) is
+/// asked for as the blocks go.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unpack_q6_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(256 * nb, 0);
+    let share = prefetch_stride(ahead, nb / 8);
+    for sb in 0..nb / 8 {
+        prefetch_share(ahead, sb, share);
+        for j in 0..8 {
+            let q = &panel[1680 * sb + 144 + 192 * j..][..192];
+            let o: &mut [u8; 256] = (&mut out[256 * (8 * sb + j)..][..256])
+                .try_into()
+                .expect("256 bytes");
+            for g in 0..4 {
+                let (wl, wh) = q6_k_group(q, g);
+                // SAFETY: `o` is 256 writable bytes, so both 32-byte unaligned stores
+                // (at 32g and 128 + 32g, g < 4) lie inside it.
+                unsafe {
+                    _mm256_storeu_si256(o[32 * g..].as_mut_ptr().cast(), wl);
+                    _mm256_storeu_si256(o[128 + 32 * g..].as_mut_ptr().cast(), wh);
+                }
+            }
+        }
+    }
+}
 
 /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
 /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
@@ -660,6 +766,11 @@ pub(crate) fn packed_rows(
         }
         return;
     }
+    let vnni = t.vnni() && pm.for_dpbusd();
+    // A Q6_K batch of more tiles than this unpacks each panel once (see
+    // `unpack_q6_k_panel`); fewer unpack as they go.
+    const UNPACK_PAST_VECTORS: usize = 8;
+    let mut unpacked = Vec::new();
     let mut r0 = rows.start;
     while r0 < rows.end {
         // Four vectors per tile keep the accumulators and the unpacked weights
@@ -667,6 +778,37 @@ pub(crate) fn packed_rows(
         let next = (r0 + PANEL) / PANEL * panel_bytes;
         let next_panel = pm.data.get(next..(next + panel_bytes).min(pm.data.len()));
         let panel = panel(r0);
+        if pm.ty == GgmlType::Q6_K && !vnni && qx.count > UNPACK_PAST_VECTORS {
+            // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
+            // FMA and F16C; the functions touch memory only through bounds-checked
+            // slicing, their own arrays and the stores whose bounds they prove.
+            unsafe {
+                unpack_q6_k_panel(panel, next_panel.unwrap_or(&[]), nb, &mut unpacked);
+                for g in (0..qx.count).step_by(4) {
+                    let nv = (qx.count - g).min(4);
+                    let x = Xs {
+                        blocks: &qx.blocks[g * nb..(g + nv) * nb],
+                        sums: &[],
+                        lane: 0,
+                        nb,
+                    };
+                    let mut emit = |o: &[[f32; 8]]| {
+                        for (v, lanes) in o.iter().enumerate() {
+                            put_lanes(g + v, r0, lanes);
+                        }
+                    };
+                    let u = &unpacked[..];
+                    match nv {
+                        1 => emit(&q6_k_plain::<1, true>(panel, &[], u, x)),
+                        2 => emit(&q6_k_plain::<2, true>(panel, &[], u, x)),
+                        3 => emit(&q6_k_plain::<3, true>(panel, &[], u, x)),
+                        _ => emit(&q6_k_plain::<4, true>(panel, &[], u, x)),
+                    }
+                }
+            }
+            r0 += PANEL;
+            continue;
+        }
         for g in (0..qx.count).step_by(4) {
             // The next panel comes in while this one computes (see `ahead_part`).
             let ahead = ahead_part(next_panel, g / 4, qx.count.div_ceil(4));
@@ -687,7 +829,6 @@ pub(crate) fn packed_rows(
             // too: the features of the kernel called. The kernels touch memory
             // only through bounds-checked slicing and their own arrays.
             unsafe {
-                let vnni = t.vnni() && pm.for_dpbusd();
                 match (pm.ty, vnni) {
                     (GgmlType::Q8_0, false) if pm.plus_128 => {
                         unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")

@@ -302,8 +302,8 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         for j in 0..8 {
             prefetch_part(next, 3360 * sb + 420 * j, 420);
             let i = 8 * sb + j;
-            let sc_lo = _mm512_mul_ps(d, sbytes16_ps(&b[32 + 32 * j..]));
-            let sc_hi = _mm512_mul_ps(d, sbytes16_ps(&b[48 + 32 * j..]));
+            let sc_lo = sbytes16_ps(&b[32 + 32 * j..]);
+            let sc_hi = sbytes16_ps(&b[48 + 32 * j..]);
             let q = &b[288 + 384 * j..288 + 384 * j + 384];
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
             let mut lo = [_mm512_setzero_si512(); V];
@@ -336,9 +336,10 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
                 let off = |k: usize| _mm512_set1_epi32(32 * i32::from(xb[v].sums[k]));
                 let pl = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[v], off(0)));
                 let ph = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[v], off(1)));
-                let xd = _mm512_set1_ps(xb[v].d);
-                acc[v] = _mm512_fmadd_ps(pl, _mm512_mul_ps(sc_lo, xd), acc[v]);
-                acc[v] = _mm512_fmadd_ps(ph, _mm512_mul_ps(sc_hi, xd), acc[v]);
+                // The block's integer total, exact in f32 (see `packed_q6_k_vnni`).
+                let total = _mm512_fmadd_ps(pl, sc_lo, _mm512_mul_ps(ph, sc_hi));
+                let dx = _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d));
+                acc[v] = _mm512_fmadd_ps(total, dx, acc[v]);
             }
         }
     }

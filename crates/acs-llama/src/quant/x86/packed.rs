@@ -55,25 +55,40 @@ fn q4_1_widen_plain(s: __m256i) -> __m256i {
     _mm256_madd_epi16(s, _mm256_set1_epi16(1))
 }
 
-/// One block of a panel's nibbles (`$q`: four groups of four bytes a row, low nibbles
-/// values `4g..`, high ones `16 + 4g..`; with Q5's fifth bits where `$high` has them)
-/// against block `$i` of the calling kernel's `V` vectors (`$x`), summed by `$step`:
-/// the Q4_1, Q5_1 and Q4_K panels' inner loop. A macro, so that each kernel inlines
-/// its own.
+/// Group `g` of one block of a panel's nibbles (`q`: four groups of four bytes a row,
+/// low nibbles values `4g..`, high ones `16 + 4g..`; with Q5's fifth bits where
+/// `high` has them): the values it meets in the block's low half and in its high
+/// half.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibble_group(q: &[u8], high: Option<__m256i>, g: usize) -> (__m256i, __m256i) {
+    let mask = _mm256_set1_epi8(0xF);
+    let wg = load32(&q[32 * g..]);
+    let mut wl = _mm256_and_si256(wg, mask);
+    let mut wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
+    if let Some(h) = high {
+        wl = _mm256_or_si256(wl, fifth_bit(h, 2 * g as i32));
+        wh = _mm256_or_si256(wh, fifth_bit(h, 2 * g as i32 + 1));
+    }
+    (wl, wh)
+}
+
+/// One block of a panel's nibbles ([`nibble_group`]'s `$q` and `$high`, or where
+/// `$values` is `Some`, the same groups unpacked already: the low halves' four then
+/// the high halves', 256 bytes) against block `$i` of the calling kernel's `V`
+/// vectors (`$x`), summed by `$step`: the Q4_1, Q5_1, Q4_K and Q5_K panels' inner
+/// loop. A macro, so that each kernel inlines its own.
 macro_rules! nibble_sums {
-    ($step:ident, $q:expr, $high:expr, $x:expr, $i:expr) => {{
-        let (q, high, x, i): (&[u8], Option<__m256i>, Xs<'_>, usize) = ($q, $high, $x, $i);
-        let mask = _mm256_set1_epi8(0xF);
+    ($step:ident, $q:expr, $high:expr, $values:expr, $x:expr, $i:expr) => {{
+        let (q, high, values, x, i): (&[u8], Option<__m256i>, Option<&[u8]>, Xs<'_>, usize) =
+            ($q, $high, $values, $x, $i);
         let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
         let mut sums = [_mm256_setzero_si256(); V];
         for g in 0..4 {
-            let wg = load32(&q[32 * g..]);
-            let mut wl = _mm256_and_si256(wg, mask);
-            let mut wh = _mm256_and_si256(_mm256_srli_epi16(wg, 4), mask);
-            if let Some(h) = high {
-                wl = _mm256_or_si256(wl, fifth_bit(h, 2 * g as i32));
-                wh = _mm256_or_si256(wh, fifth_bit(h, 2 * g as i32 + 1));
-            }
+            let (wl, wh) = match values {
+                Some(u) => (load32(&u[32 * g..]), load32(&u[128 + 32 * g..])),
+                None => nibble_group(q, high, g),
+            };
             for (s, qs) in sums.iter_mut().zip(xs) {
                 *s = $step(*s, wl, wh, broadcast4(qs, 4 * g), broadcast4(qs, 16 + 4 * g));
             }
@@ -132,7 +147,7 @@ macro_rules! packed_q4_1_kernel {
                 } else {
                     None
                 };
-                let sums = nibble_sums!($step, &b[nibbles..], high, x, i);
+                let sums = nibble_sums!($step, &b[nibbles..], high, None, x, i);
                 let d = _mm256_cvtph_ps(load16(b));
                 let m = match offset {
                     Some(o) => _mm256_mul_ps(d, _mm256_set1_ps(-o)),
@@ -178,40 +193,63 @@ fn bytes8_ps(b: &[u8]) -> __m256 {
 /// super-block, its sub-blocks run the Q4_1 (Q5_1) panels' loop (`$step`,
 /// `$widen`), with each sub-block's scale `d·sc` and min `dmin·m` made from the
 /// rows' f16 `d`, `dmin` and 6-bit bytes. Every (row, vector) pair sees the same
-/// operations in the same order whatever `V`.
+/// operations in the same order whatever `V`. Where `unpacked:` names one, a
+/// second kernel takes each block's values unpacked already (`values`, see
+/// [`unpack_q5_k_panel`]) in place of the panel's bits: the same bytes, so the same
+/// sums.
 macro_rules! packed_k4_kernel {
     ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal) => {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            // A sub-block's bytes, and a super-block's (`PackedMatrix` has the layout).
-            let sub = if $q5 { 160 } else { 128 };
-            let bytes = 160 + 8 * sub;
-            let share = prefetch_stride(ahead, x.nb / 8);
-            let mut acc = [_mm256_setzero_ps(); V];
-            for sb in 0..x.nb / 8 {
-                let b = &panel[bytes * sb..bytes * sb + bytes];
-                prefetch_share(ahead, sb, share);
-                let d = _mm256_cvtph_ps(load16(b));
-                let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-                for j in 0..8 {
-                    let i = 8 * sb + j;
-                    let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
-                    let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
-                    let q = &b[160 + sub * j..160 + sub * (j + 1)];
-                    let high = if $q5 { Some(load32(&q[128..])) } else { None };
-                    let sums = nibble_sums!($step, q, high, x, i);
-                    for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let p = _mm256_cvtepi32_ps($widen(s));
-                        *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(sc, _mm256_set1_ps(xb.d)), *acc);
-                        *acc = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb.s), *acc);
-                    }
-                }
-            }
-            std::array::from_fn(|v| lanes(acc[v]))
+            packed_k4_kernel!(@body $step, $widen, $q5, panel, ahead, None, x)
         }
     };
+    ($name:ident, $features:tt, $step:ident, $widen:ident, q5: $q5:literal,
+     unpacked: $unpacked:ident) => {
+        packed_k4_kernel!($name, $features, $step, $widen, q5: $q5);
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $unpacked<const V: usize>(panel: &[u8], values: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            packed_k4_kernel!(@body $step, $widen, $q5, panel, &[], Some(values), x)
+        }
+    };
+    (@body $step:ident, $widen:ident, $q5:literal, $panel:expr, $ahead:expr, $values:expr,
+     $x:expr) => {{
+        let (panel, ahead, values, x): (&[u8], &[u8], Option<&[u8]>, Xs<'_>) =
+            ($panel, $ahead, $values, $x);
+        // A sub-block's bytes, and a super-block's (`PackedMatrix` has the layout).
+        let sub = if $q5 { 160 } else { 128 };
+        let bytes = 160 + 8 * sub;
+        let share = prefetch_stride(ahead, x.nb / 8);
+        let mut acc = [_mm256_setzero_ps(); V];
+        for sb in 0..x.nb / 8 {
+            let b = &panel[bytes * sb..bytes * sb + bytes];
+            prefetch_share(ahead, sb, share);
+            let d = _mm256_cvtph_ps(load16(b));
+            let dmin = _mm256_cvtph_ps(load16(&b[16..]));
+            for j in 0..8 {
+                let i = 8 * sb + j;
+                let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
+                let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
+                let q = &b[160 + sub * j..160 + sub * (j + 1)];
+                let sums = match values {
+                    Some(u) => nibble_sums!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
+                    None => {
+                        let high = if $q5 { Some(load32(&q[128..])) } else { None };
+                        nibble_sums!($step, q, high, None, x, i)
+                    }
+                };
+                for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
+                    let xb = &x.blocks[v * x.nb + i];
+                    let p = _mm256_cvtepi32_ps($widen(s));
+                    *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(sc, _mm256_set1_ps(xb.d)), *acc);
+                    *acc = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb.s), *acc);
+                }
+            }
+        }
+        std::array::from_fn(|v| lanes(acc[v]))
+    }};
 }
 packed_k4_kernel!(
     packed_q4_k_vnni,
@@ -239,8 +277,22 @@ packed_k4_kernel!(
     "avx2,fma,f16c",
     q5_step_plain,
     q4_1_widen_vnni,
-    q5: true
+    q5: true,
+    unpacked: unpacked_q5_k_plain
 );
+
+/// An 8-row Q5_K panel's values (`nb` blocks), unpacked once for the many tiles of
+/// a long batch, as [`unpack_q6_k_panel`] does Q6_K's: for each block, the groups
+/// of [`nibble_group`] with their fifth bits, the low halves' four then the high
+/// halves', 256 bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unpack_q5_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    unpack_panel(ahead, nb, out, |i, g| {
+        let q = &panel[1440 * (i / 8) + 160 + 160 * (i % 8)..][..160];
+        nibble_group(q, Some(load32(&q[128..])), g)
+    });
+}
 
 /// `s +` Σ u8 × i8 of four values of at most 3 bits per lane without VNNI, in 16
 /// bits: a half-block's four steps reach 4 × 2 × 7 × 127, well inside them, and one
@@ -567,32 +619,51 @@ fn packed_q6_k_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [
 /// a long batch: for each block, the groups of [`q6_k_group`], the low halves'
 /// four then the high halves', 256 bytes. Each tile then loads its weights where
 /// it would unpack them (eleven instructions a group, shared by only four
-/// vectors), and the registers those took hold sums. The next panel (`ahead`) is
-/// asked for as the blocks go.
+/// vectors), and the registers those took hold sums.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn unpack_q6_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    unpack_panel(ahead, nb, out, |i, g| {
+        q6_k_group(&panel[1680 * (i / 8) + 144 + 192 * (i % 8)..][..192], g)
+    });
+}
+
+/// Fills `out` with `nb` blocks of 256 bytes: block `i`'s group `g` (of four) from
+/// `group(i, g)`, its low half's values at `32g`, its high half's at `128 + 32g`;
+/// the next panel (`ahead`) is asked for as the super-blocks go.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unpack_panel(
+    ahead: &[u8],
+    nb: usize,
+    out: &mut Vec<u8>,
+    group: impl Fn(usize, usize) -> (__m256i, __m256i),
+) {
     out.clear();
     out.resize(256 * nb, 0);
     let share = prefetch_stride(ahead, nb / 8);
-    for sb in 0..nb / 8 {
-        prefetch_share(ahead, sb, share);
-        for j in 0..8 {
-            let q = &panel[1680 * sb + 144 + 192 * j..][..192];
-            let o: &mut [u8; 256] = (&mut out[256 * (8 * sb + j)..][..256])
-                .try_into()
-                .expect("256 bytes");
-            for g in 0..4 {
-                let (wl, wh) = q6_k_group(q, g);
-                // SAFETY: `o` is 256 writable bytes, so both 32-byte unaligned stores
-                // (at 32g and 128 + 32g, g < 4) lie inside it.
-                unsafe {
-                    _mm256_storeu_si256(o[32 * g..].as_mut_ptr().cast(), wl);
-                    _mm256_storeu_si256(o[128 + 32 * g..].as_mut_ptr().cast(), wh);
-                }
+    for (i, o) in out.chunks_exact_mut(256).enumerate() {
+        if i % 8 == 0 {
+            prefetch_share(ahead, i / 8, share);
+        }
+        let o: &mut [u8; 256] = o.try_into().expect("256 bytes");
+        for g in 0..4 {
+            let (wl, wh) = group(i, g);
+            // SAFETY: `o` is 256 writable bytes, so both 32-byte unaligned stores
+            // (at 32g and 128 + 32g, g < 4) lie inside it.
+            unsafe {
+                _mm256_storeu_si256(o[32 * g..].as_mut_ptr().cast(), wl);
+                _mm256_storeu_si256(o[128 + 32 * g..].as_mut_ptr().cast(), wh);
             }
         }
     }
+}
+
+/// [`q6_k_plain`] on values unpacked by [`unpack_q6_k_panel`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpacked_q6_k_plain<const V: usize>(panel: &[u8], values: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+    q6_k_plain::<V, true>(panel, &[], values, x)
 }
 
 /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
@@ -767,9 +838,11 @@ pub(crate) fn packed_rows(
         return;
     }
     let vnni = t.vnni() && pm.for_dpbusd();
-    // A Q6_K batch of more tiles than this unpacks each panel once (see
-    // `unpack_q6_k_panel`); fewer unpack as they go.
+    // A Q5_K or Q6_K batch of more vectors than this (three tiles or more) unpacks
+    // each panel once (see `unpack_q6_k_panel`); fewer unpack as they go.
     const UNPACK_PAST_VECTORS: usize = 8;
+    let unpacks =
+        !vnni && qx.count > UNPACK_PAST_VECTORS && matches!(pm.ty, GgmlType::Q5_K | GgmlType::Q6_K);
     let mut unpacked = Vec::new();
     let mut r0 = rows.start;
     while r0 < rows.end {
@@ -778,12 +851,16 @@ pub(crate) fn packed_rows(
         let next = (r0 + PANEL) / PANEL * panel_bytes;
         let next_panel = pm.data.get(next..(next + panel_bytes).min(pm.data.len()));
         let panel = panel(r0);
-        if pm.ty == GgmlType::Q6_K && !vnni && qx.count > UNPACK_PAST_VECTORS {
+        if unpacks {
             // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
             // FMA and F16C; the functions touch memory only through bounds-checked
             // slicing, their own arrays and the stores whose bounds they prove.
             unsafe {
-                unpack_q6_k_panel(panel, next_panel.unwrap_or(&[]), nb, &mut unpacked);
+                let ahead = next_panel.unwrap_or(&[]);
+                match pm.ty {
+                    GgmlType::Q5_K => unpack_q5_k_panel(panel, ahead, nb, &mut unpacked),
+                    _ => unpack_q6_k_panel(panel, ahead, nb, &mut unpacked),
+                }
                 for g in (0..qx.count).step_by(4) {
                     let nv = (qx.count - g).min(4);
                     let x = Xs {
@@ -798,11 +875,9 @@ pub(crate) fn packed_rows(
                         }
                     };
                     let u = &unpacked[..];
-                    match nv {
-                        1 => emit(&q6_k_plain::<1, true>(panel, &[], u, x)),
-                        2 => emit(&q6_k_plain::<2, true>(panel, &[], u, x)),
-                        3 => emit(&q6_k_plain::<3, true>(panel, &[], u, x)),
-                        _ => emit(&q6_k_plain::<4, true>(panel, &[], u, x)),
+                    match pm.ty {
+                        GgmlType::Q5_K => tiles!(unpacked_q5_k_plain, nv, emit, panel, u, x),
+                        _ => tiles!(unpacked_q6_k_plain, nv, emit, panel, u, x),
                     }
                 }
             }

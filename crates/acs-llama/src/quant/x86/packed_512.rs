@@ -431,23 +431,20 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         for j in 0..8 {
             prefetch_part(next, 1344 * sb + 168 * j, 168);
             let i = 8 * sb + j;
-            let scaled = |at: usize| {
-                let (sc, mn) = nibbles16_ps(&b[at..]);
-                (_mm512_mul_ps(d, sc), _mm512_mul_ps(dmin, mn))
-            };
-            let (sc_lo, mn_lo) = scaled(64 + 32 * j);
-            let (sc_hi, mn_hi) = scaled(80 + 32 * j);
+            let (sc_lo, mn_lo) = nibbles16_ps(&b[64 + 32 * j..]);
+            let (sc_hi, mn_hi) = nibbles16_ps(&b[80 + 32 * j..]);
             let q = &b[320 + 128 * j..320 + 128 * j + 128];
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
             let halves = two_bit_halves_512!(q, None, &xb);
             for v in 0..V {
-                let xd = _mm512_set1_ps(xb[v].d);
                 let half = |h: usize| _mm512_cvtepi32_ps(halves[h][v]);
-                let xsum = |h: usize| _mm512_set1_ps(f32::from(xb[v].sums[h]) * xb[v].d);
-                acc[v] = _mm512_fmadd_ps(half(0), _mm512_mul_ps(sc_lo, xd), acc[v]);
-                acc[v] = _mm512_fmadd_ps(half(1), _mm512_mul_ps(sc_hi, xd), acc[v]);
-                acc[v] = _mm512_fnmadd_ps(mn_lo, xsum(0), acc[v]);
-                acc[v] = _mm512_fnmadd_ps(mn_hi, xsum(1), acc[v]);
+                let xsum = |h: usize| _mm512_set1_ps(f32::from(xb[v].sums[h]));
+                // The block's two integer totals, exact in f32 (see `packed_q2_k_vnni`).
+                let total = _mm512_fmadd_ps(half(0), sc_lo, _mm512_mul_ps(half(1), sc_hi));
+                let mins = _mm512_fmadd_ps(mn_lo, xsum(0), _mm512_mul_ps(mn_hi, xsum(1)));
+                let xd = _mm512_set1_ps(xb[v].d);
+                acc[v] = _mm512_fmadd_ps(total, _mm512_mul_ps(d, xd), acc[v]);
+                acc[v] = _mm512_fnmadd_ps(mins, _mm512_mul_ps(dmin, xd), acc[v]);
             }
         }
     }

@@ -395,89 +395,74 @@ fn nibbles8_epi32(b: &[u8]) -> (__m256i, __m256i) {
     (low, _mm256_srli_epi32(bytes, 4))
 }
 
-/// Q2_K panels of a [`PackedMatrix`] against `V` vectors, with AVX-VNNI: per block of
-/// 32 values, two halves of 16 (their scales and mins differ), each four groups of
-/// four 2-bit values a row, summed. The halves' sums meet their 4-bit scales, and
-/// the activations' half sums the halves' 4-bit mins, in f32, exactly (integers
-/// under 2^18): the block's two integer totals, which the kernel without VNNI makes
-/// in integers; both then scale them by `d` and `dmin` alike. Every (row, vector)
-/// pair sees the same operations in the same order whatever `V`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-fn packed_q2_k_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-    let share = prefetch_stride(ahead, x.nb / 8);
-    let mut acc = [_mm256_setzero_ps(); V];
-    for sb in 0..x.nb / 8 {
-        let b = &panel[672 * sb..672 * sb + 672];
-        prefetch_share(ahead, sb, share);
-        let d = _mm256_cvtph_ps(load16(b));
-        let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-        for j in 0..8 {
-            let i = 8 * sb + j;
-            let floats =
-                |(sc, mn): (__m256i, __m256i)| (_mm256_cvtepi32_ps(sc), _mm256_cvtepi32_ps(mn));
-            let (sc_lo, mn_lo) = floats(nibbles8_epi32(&b[32 + 16 * j..]));
-            let (sc_hi, mn_hi) = floats(nibbles8_epi32(&b[40 + 16 * j..]));
-            let q = &b[160 + 64 * j..160 + 64 * j + 64];
-            let halves = two_bit_halves!(q6_step_vnni, q, None, x, i);
-            for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let half = |h: usize| _mm256_cvtepi32_ps(halves[h][v]);
-                let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]));
-                let total = _mm256_fmadd_ps(half(0), sc_lo, _mm256_mul_ps(half(1), sc_hi));
-                let mins = _mm256_fmadd_ps(mn_lo, xsum(0), _mm256_mul_ps(mn_hi, xsum(1)));
-                let xd = _mm256_set1_ps(xb.d);
-                acc[v] = _mm256_fmadd_ps(total, _mm256_mul_ps(d, xd), acc[v]);
-                acc[v] = _mm256_fnmadd_ps(mins, _mm256_mul_ps(dmin, xd), acc[v]);
+/// Q2_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values, two
+/// halves of 16 (their scales and mins differ), each four groups of four 2-bit
+/// values a row, summed by `$step`. A block then makes two integer totals, the
+/// halves' sums times their 4-bit scales and the activations' half sums times the
+/// halves' 4-bit mins, and scales them by `d` and `dmin`. Without VNNI (`plain`)
+/// the halves' 16-bit sums meet their scales in the `vpmaddwd` that widens them, and
+/// one more `vpmaddwd` makes the mins' total; with it, the totals are made in f32,
+/// exactly (integers under 2^18): the same totals, so both kernels agree to the
+/// bit. Every (row, vector) pair sees the same operations in the same order
+/// whatever `V`.
+macro_rules! packed_q2_k_kernel {
+    ($name:ident, $features:tt, $step:ident, plain: $plain:literal) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            let share = prefetch_stride(ahead, x.nb / 8);
+            let mut acc = [_mm256_setzero_ps(); V];
+            for sb in 0..x.nb / 8 {
+                let b = &panel[672 * sb..672 * sb + 672];
+                prefetch_share(ahead, sb, share);
+                let d = _mm256_cvtph_ps(load16(b));
+                let dmin = _mm256_cvtph_ps(load16(&b[16..]));
+                for j in 0..8 {
+                    let i = 8 * sb + j;
+                    let (sc_lo, mn_lo) = nibbles8_epi32(&b[32 + 16 * j..]);
+                    let (sc_hi, mn_hi) = nibbles8_epi32(&b[40 + 16 * j..]);
+                    // A row's scale in both 16-bit halves of its lane (at most 15, so
+                    // the shift carries nothing across), and its two mins side by side.
+                    let twice = |sc: __m256i| _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+                    let (sc_lo16, sc_hi16) = (twice(sc_lo), twice(sc_hi));
+                    let mn_pair = _mm256_or_si256(mn_lo, _mm256_slli_epi32(mn_hi, 16));
+                    let f = _mm256_cvtepi32_ps;
+                    let q = &b[160 + 64 * j..160 + 64 * j + 64];
+                    let halves = two_bit_halves!($step, q, None, x, i);
+                    for v in 0..V {
+                        let xb = &x.blocks[v * x.nb + i];
+                        let (total, mins) = if $plain {
+                            let total = _mm256_add_epi32(
+                                _mm256_madd_epi16(halves[0][v], sc_lo16),
+                                _mm256_madd_epi16(halves[1][v], sc_hi16),
+                            );
+                            let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
+                            let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
+                            (f(total), f(mins))
+                        } else {
+                            let (h0, h1) = (f(halves[0][v]), f(halves[1][v]));
+                            let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]));
+                            (
+                                _mm256_fmadd_ps(h0, f(sc_lo), _mm256_mul_ps(h1, f(sc_hi))),
+                                _mm256_fmadd_ps(
+                                    f(mn_lo),
+                                    xsum(0),
+                                    _mm256_mul_ps(f(mn_hi), xsum(1)),
+                                ),
+                            )
+                        };
+                        let xd = _mm256_set1_ps(xb.d);
+                        acc[v] = _mm256_fmadd_ps(total, _mm256_mul_ps(d, xd), acc[v]);
+                        acc[v] = _mm256_fnmadd_ps(mins, _mm256_mul_ps(dmin, xd), acc[v]);
+                    }
+                }
             }
+            std::array::from_fn(|v| lanes(acc[v]))
         }
-    }
-    std::array::from_fn(|v| lanes(acc[v]))
+    };
 }
-
-/// [`packed_q2_k_vnni`] without VNNI: each half's `vpmaddubsw` sums (in 16 bits, see
-/// [`small_step_plain`]) meet the half's scale in the `vpmaddwd` that widens them,
-/// and one more `vpmaddwd` of the two halves' mins and the activations' half sums
-/// makes the mins' total: the same two integer totals, exact.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn packed_q2_k_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-    let share = prefetch_stride(ahead, x.nb / 8);
-    let mut acc = [_mm256_setzero_ps(); V];
-    for sb in 0..x.nb / 8 {
-        let b = &panel[672 * sb..672 * sb + 672];
-        prefetch_share(ahead, sb, share);
-        let d = _mm256_cvtph_ps(load16(b));
-        let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-        for j in 0..8 {
-            let i = 8 * sb + j;
-            let (sc_lo, mn_lo) = nibbles8_epi32(&b[32 + 16 * j..]);
-            let (sc_hi, mn_hi) = nibbles8_epi32(&b[40 + 16 * j..]);
-            // A row's scale in both 16-bit halves of its lane (at most 15, so the
-            // shift carries nothing across), and its two mins side by side.
-            let twice = |sc: __m256i| _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-            let (sc_lo, sc_hi) = (twice(sc_lo), twice(sc_hi));
-            let mn_pair = _mm256_or_si256(mn_lo, _mm256_slli_epi32(mn_hi, 16));
-            let q = &b[160 + 64 * j..160 + 64 * j + 64];
-            let halves = two_bit_halves!(small_step_plain, q, None, x, i);
-            for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let total = _mm256_add_epi32(
-                    _mm256_madd_epi16(halves[0][v], sc_lo),
-                    _mm256_madd_epi16(halves[1][v], sc_hi),
-                );
-                let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
-                let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
-                let xd = _mm256_set1_ps(xb.d);
-                let total = _mm256_cvtepi32_ps(total);
-                acc[v] = _mm256_fmadd_ps(total, _mm256_mul_ps(d, xd), acc[v]);
-                let mins = _mm256_cvtepi32_ps(mins);
-                acc[v] = _mm256_fnmadd_ps(mins, _mm256_mul_ps(dmin, xd), acc[v]);
-            }
-        }
-    }
-    std::array::from_fn(|v| lanes(acc[v]))
-}
+packed_q2_k_kernel!(packed_q2_k_vnni, "avx2,fma,f16c,avxvnni", q6_step_vnni, plain: false);
+packed_q2_k_kernel!(packed_q2_k_plain, "avx2,fma,f16c", small_step_plain, plain: true);
 
 /// Eight rows' signed 8-bit scales (Q6_K's, Q3_K's) of one group of 16 values, a
 /// row a lane.
@@ -879,41 +864,25 @@ pub(crate) fn packed_rows(
         let next_panel = pm.data.get(next..(next + panel_bytes).min(pm.data.len()));
         let panel = panel(r0);
         if unpacks {
-            // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
-            // FMA and F16C; the functions touch memory only through bounds-checked
-            // slicing, their own arrays and the stores whose bounds they prove.
+            let ahead = next_panel.unwrap_or(&[]);
+            // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
+            // the functions touch memory only through bounds-checked slicing and
+            // the stores whose bounds they prove.
             unsafe {
-                let ahead = next_panel.unwrap_or(&[]);
                 match pm.ty {
                     GgmlType::Q5_K => unpack_q5_k_panel(panel, ahead, nb, &mut unpacked),
                     _ => unpack_q6_k_panel(panel, ahead, nb, &mut unpacked),
                 }
-                for g in (0..qx.count).step_by(4) {
-                    let nv = (qx.count - g).min(4);
-                    let x = Xs {
-                        blocks: &qx.blocks[g * nb..(g + nv) * nb],
-                        sums: &[],
-                        lane: 0,
-                        nb,
-                    };
-                    let mut emit = |o: &[[f32; 8]]| {
-                        for (v, lanes) in o.iter().enumerate() {
-                            put_lanes(g + v, r0, lanes);
-                        }
-                    };
-                    let u = &unpacked[..];
-                    match pm.ty {
-                        GgmlType::Q5_K => tiles!(unpacked_q5_k_plain, nv, emit, panel, u, x),
-                        _ => tiles!(unpacked_q6_k_plain, nv, emit, panel, u, x),
-                    }
-                }
             }
-            r0 += PANEL;
-            continue;
         }
         for g in (0..qx.count).step_by(4) {
-            // The next panel comes in while this one computes (see `ahead_part`).
-            let ahead = ahead_part(next_panel, g / 4, qx.count.div_ceil(4));
+            // The next panel comes in while this one computes (see `ahead_part`),
+            // or came in as this one was unpacked.
+            let ahead = if unpacks {
+                &[]
+            } else {
+                ahead_part(next_panel, g / 4, qx.count.div_ceil(4))
+            };
             let nv = (qx.count - g).min(4);
             let x = Xs {
                 blocks: &qx.blocks[g * nb..(g + nv) * nb],
@@ -931,7 +900,14 @@ pub(crate) fn packed_rows(
             // too: the features of the kernel called. The kernels touch memory
             // only through bounds-checked slicing and their own arrays.
             unsafe {
+                let u = &unpacked[..];
                 match (pm.ty, vnni) {
+                    (GgmlType::Q5_K, false) if unpacks => {
+                        tiles!(unpacked_q5_k_plain, nv, emit, panel, u, x)
+                    }
+                    (GgmlType::Q6_K, false) if unpacks => {
+                        tiles!(unpacked_q6_k_plain, nv, emit, panel, u, x)
+                    }
                     (GgmlType::Q8_0, false) if pm.plus_128 => {
                         unreachable!("Q8_0 panels for vpdpbusd on a CPU without it")
                     }

@@ -439,7 +439,7 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             for v in 0..V {
                 let half = |h: usize| _mm512_cvtepi32_ps(halves[h][v]);
                 let xsum = |h: usize| _mm512_set1_ps(f32::from(xb[v].sums[h]));
-                // The block's two integer totals, exact in f32 (see `packed_q2_k_vnni`).
+                // The block's two integer totals, exact in f32 (see `packed_q2_k_plain`).
                 let total = _mm512_fmadd_ps(half(0), sc_lo, _mm512_mul_ps(half(1), sc_hi));
                 let mins = _mm512_fmadd_ps(mn_lo, xsum(0), _mm512_mul_ps(mn_hi, xsum(1)));
                 let xd = _mm512_set1_ps(xb[v].d);

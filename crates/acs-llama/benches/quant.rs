@@ -101,6 +101,12 @@ mod native {
     }
 
     pub fn matmul_throughput() {
+        // `ACS_BENCH_FORMATS=Q2_K,Q3_K` measures only those formats.
+        let only = std::env::var("ACS_BENCH_FORMATS").ok();
+        let chosen = |ty: GgmlType| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|f| f.trim() == format!("{ty:?}")))
+        };
         for (ty, rows, cols) in [
             (GgmlType::Q4_1, 1536, 576),
             (GgmlType::Q4_1, 576, 1536),
@@ -108,7 +114,14 @@ mod native {
             (GgmlType::Q4_0, 1536, 576),
             (GgmlType::Q4_K, 1536, 768),
             (GgmlType::Q6_K, 1536, 768),
-        ] {
+            // The K formats of a 1B model's square matrices.
+            (GgmlType::Q2_K, 2048, 2048),
+            (GgmlType::Q3_K, 2048, 2048),
+            (GgmlType::Q5_K, 2048, 2048),
+        ]
+        .into_iter()
+        .filter(|&(ty, ..)| chosen(ty))
+        {
             // 1 and 8: decode steps; 128: a prefill.
             for batch in [1, 8, 128] {
                 for packed in [false, true] {

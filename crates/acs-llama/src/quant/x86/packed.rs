@@ -86,7 +86,7 @@ macro_rules! nibble_sums {
         let mut sums = [_mm256_setzero_si256(); V];
         for g in 0..4 {
             let (wl, wh) = match values {
-                Some(u) => (load32(&u[32 * g..]), load32(&u[128 + 32 * g..])),
+                Some(u) => unpacked_group(u, g),
                 None => nibble_group(q, high, g),
             };
             for (s, qs) in sums.iter_mut().zip(xs) {
@@ -181,6 +181,31 @@ packed_q4_1_kernel!(packed_q5_0_vnni, "avx2,fma,f16c,avxvnni", q4_1_step_vnni,
 packed_q4_1_kernel!(packed_q5_0_plain, "avx2,fma,f16c", q5_step_plain,
     q4_1_widen_vnni, q5: true, offset: Some(16.0));
 
+/// The K-quant panels' loop over a panel (`$panel`, super-blocks of `$bytes`, each
+/// beginning with its rows' f16 `d`) against the calling kernel's `V` vectors
+/// (`$x`): for each of a super-block's eight blocks `$j` (block `$i` of the
+/// vectors), `$body` sees the super-block's bytes `$b` and `$d` and adds to the
+/// vectors' accumulators `$acc`, whose lanes are the result. Each super-block asks
+/// for its share of `$ahead`. A macro, so that each kernel inlines its own.
+macro_rules! super_blocks {
+    ($panel:expr, $ahead:expr, $x:expr, $bytes:expr,
+     |$b:ident, $d:ident, $j:ident, $i:ident, $acc:ident| $body:block) => {{
+        let (panel, ahead, x, bytes): (&[u8], &[u8], Xs<'_>, usize) = ($panel, $ahead, $x, $bytes);
+        let share = prefetch_stride(ahead, x.nb / 8);
+        let mut $acc = [_mm256_setzero_ps(); V];
+        for sb in 0..x.nb / 8 {
+            let $b = &panel[bytes * sb..bytes * sb + bytes];
+            prefetch_share(ahead, sb, share);
+            let $d = _mm256_cvtph_ps(load16($b));
+            for $j in 0..8 {
+                let $i = 8 * sb + $j;
+                $body
+            }
+        }
+        std::array::from_fn(|v| lanes($acc[v]))
+    }};
+}
+
 /// Eight rows' 6-bit scales (or mins) of one sub-block, stored as bytes, as floats.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -220,35 +245,25 @@ macro_rules! packed_k4_kernel {
             ($panel, $ahead, $values, $x);
         // A sub-block's bytes, and a super-block's (`PackedMatrix` has the layout).
         let sub = if $q5 { 160 } else { 128 };
-        let bytes = 160 + 8 * sub;
-        let share = prefetch_stride(ahead, x.nb / 8);
-        let mut acc = [_mm256_setzero_ps(); V];
-        for sb in 0..x.nb / 8 {
-            let b = &panel[bytes * sb..bytes * sb + bytes];
-            prefetch_share(ahead, sb, share);
-            let d = _mm256_cvtph_ps(load16(b));
+        super_blocks!(panel, ahead, x, 160 + 8 * sub, |b, d, j, i, acc| {
             let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-            for j in 0..8 {
-                let i = 8 * sb + j;
-                let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
-                let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
-                let q = &b[160 + sub * j..160 + sub * (j + 1)];
-                let sums = match values {
-                    Some(u) => nibble_sums!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
-                    None => {
-                        let high = if $q5 { Some(load32(&q[128..])) } else { None };
-                        nibble_sums!($step, q, high, None, x, i)
-                    }
-                };
-                for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
-                    let xb = &x.blocks[v * x.nb + i];
-                    let p = _mm256_cvtepi32_ps($widen(s));
-                    *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(sc, _mm256_set1_ps(xb.d)), *acc);
-                    *acc = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb.s), *acc);
+            let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
+            let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
+            let q = &b[160 + sub * j..160 + sub * (j + 1)];
+            let sums = match values {
+                Some(u) => nibble_sums!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
+                None => {
+                    let high = if $q5 { Some(load32(&q[128..])) } else { None };
+                    nibble_sums!($step, q, high, None, x, i)
                 }
+            };
+            for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
+                let xb = &x.blocks[v * x.nb + i];
+                let p = _mm256_cvtepi32_ps($widen(s));
+                *acc = _mm256_fmadd_ps(p, _mm256_mul_ps(sc, _mm256_set1_ps(xb.d)), *acc);
+                *acc = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb.s), *acc);
             }
-        }
-        std::array::from_fn(|v| lanes(acc[v]))
+        })
     }};
 }
 packed_k4_kernel!(
@@ -343,31 +358,22 @@ macro_rules! packed_q3_k_kernel {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let share = prefetch_stride(ahead, x.nb / 8);
-            let mut acc = [_mm256_setzero_ps(); V];
-            for sb in 0..x.nb / 8 {
-                let b = &panel[912 * sb..912 * sb + 912];
-                prefetch_share(ahead, sb, share);
-                let d = _mm256_cvtph_ps(load16(b));
-                for j in 0..8 {
-                    let i = 8 * sb + j;
-                    let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
-                    let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
-                    let q = &b[144 + 96 * j..144 + 96 * j + 96];
-                    let halves = two_bit_halves!($step, q, Some(load32(&q[64..])), x, i);
-                    for v in 0..V {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let half = |h: usize| {
-                            let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
-                            _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
-                        };
-                        let xd = _mm256_set1_ps(xb.d);
-                        acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
-                        acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
-                    }
+            super_blocks!(panel, ahead, x, 912, |b, d, j, i, acc| {
+                let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
+                let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
+                let q = &b[144 + 96 * j..144 + 96 * j + 96];
+                let halves = two_bit_halves!($step, q, Some(load32(&q[64..])), x, i);
+                for v in 0..V {
+                    let xb = &x.blocks[v * x.nb + i];
+                    let half = |h: usize| {
+                        let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
+                        _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
+                    };
+                    let xd = _mm256_set1_ps(xb.d);
+                    acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
+                    acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
                 }
-            }
-            std::array::from_fn(|v| lanes(acc[v]))
+            })
         }
     };
 }
@@ -410,54 +416,41 @@ macro_rules! packed_q2_k_kernel {
         #[inline]
         #[target_feature(enable = $features)]
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-            let share = prefetch_stride(ahead, x.nb / 8);
-            let mut acc = [_mm256_setzero_ps(); V];
-            for sb in 0..x.nb / 8 {
-                let b = &panel[672 * sb..672 * sb + 672];
-                prefetch_share(ahead, sb, share);
-                let d = _mm256_cvtph_ps(load16(b));
+            super_blocks!(panel, ahead, x, 672, |b, d, j, i, acc| {
                 let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-                for j in 0..8 {
-                    let i = 8 * sb + j;
-                    let (sc_lo, mn_lo) = nibbles8_epi32(&b[32 + 16 * j..]);
-                    let (sc_hi, mn_hi) = nibbles8_epi32(&b[40 + 16 * j..]);
-                    // A row's scale in both 16-bit halves of its lane (at most 15, so
-                    // the shift carries nothing across), and its two mins side by side.
-                    let twice = |sc: __m256i| _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                    let (sc_lo16, sc_hi16) = (twice(sc_lo), twice(sc_hi));
-                    let mn_pair = _mm256_or_si256(mn_lo, _mm256_slli_epi32(mn_hi, 16));
-                    let f = _mm256_cvtepi32_ps;
-                    let q = &b[160 + 64 * j..160 + 64 * j + 64];
-                    let halves = two_bit_halves!($step, q, None, x, i);
-                    for v in 0..V {
-                        let xb = &x.blocks[v * x.nb + i];
-                        let (total, mins) = if $plain {
-                            let total = _mm256_add_epi32(
-                                _mm256_madd_epi16(halves[0][v], sc_lo16),
-                                _mm256_madd_epi16(halves[1][v], sc_hi16),
-                            );
-                            let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
-                            let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
-                            (f(total), f(mins))
-                        } else {
-                            let (h0, h1) = (f(halves[0][v]), f(halves[1][v]));
-                            let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]));
-                            (
-                                _mm256_fmadd_ps(h0, f(sc_lo), _mm256_mul_ps(h1, f(sc_hi))),
-                                _mm256_fmadd_ps(
-                                    f(mn_lo),
-                                    xsum(0),
-                                    _mm256_mul_ps(f(mn_hi), xsum(1)),
-                                ),
-                            )
-                        };
-                        let xd = _mm256_set1_ps(xb.d);
-                        acc[v] = _mm256_fmadd_ps(total, _mm256_mul_ps(d, xd), acc[v]);
-                        acc[v] = _mm256_fnmadd_ps(mins, _mm256_mul_ps(dmin, xd), acc[v]);
-                    }
+                let (sc_lo, mn_lo) = nibbles8_epi32(&b[32 + 16 * j..]);
+                let (sc_hi, mn_hi) = nibbles8_epi32(&b[40 + 16 * j..]);
+                // A row's scale in both 16-bit halves of its lane (at most 15, so
+                // the shift carries nothing across), and its two mins side by side.
+                let twice = |sc: __m256i| _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+                let (sc_lo16, sc_hi16) = (twice(sc_lo), twice(sc_hi));
+                let mn_pair = _mm256_or_si256(mn_lo, _mm256_slli_epi32(mn_hi, 16));
+                let f = _mm256_cvtepi32_ps;
+                let q = &b[160 + 64 * j..160 + 64 * j + 64];
+                let halves = two_bit_halves!($step, q, None, x, i);
+                for v in 0..V {
+                    let xb = &x.blocks[v * x.nb + i];
+                    let (total, mins) = if $plain {
+                        let total = _mm256_add_epi32(
+                            _mm256_madd_epi16(halves[0][v], sc_lo16),
+                            _mm256_madd_epi16(halves[1][v], sc_hi16),
+                        );
+                        let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
+                        let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
+                        (f(total), f(mins))
+                    } else {
+                        let (h0, h1) = (f(halves[0][v]), f(halves[1][v]));
+                        let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]));
+                        (
+                            _mm256_fmadd_ps(h0, f(sc_lo), _mm256_mul_ps(h1, f(sc_hi))),
+                            _mm256_fmadd_ps(f(mn_lo), xsum(0), _mm256_mul_ps(f(mn_hi), xsum(1))),
+                        )
+                    };
+                    let xd = _mm256_set1_ps(xb.d);
+                    acc[v] = _mm256_fmadd_ps(total, _mm256_mul_ps(d, xd), acc[v]);
+                    acc[v] = _mm256_fnmadd_ps(mins, _mm256_mul_ps(dmin, xd), acc[v]);
                 }
-            }
-            std::array::from_fn(|v| lanes(acc[v]))
+            })
         }
     };
 }
@@ -520,39 +513,30 @@ fn q6_k_group(q: &[u8], g: usize) -> (__m256i, __m256i) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 fn packed_q6_k_vnni<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
-    let share = prefetch_stride(ahead, x.nb / 8);
-    let mut acc = [_mm256_setzero_ps(); V];
-    for sb in 0..x.nb / 8 {
-        let b = &panel[1680 * sb..1680 * sb + 1680];
-        prefetch_share(ahead, sb, share);
-        let d = _mm256_cvtph_ps(load16(b));
-        for j in 0..8 {
-            let i = 8 * sb + j;
-            let sc_lo = sbytes8_ps(&b[16 + 16 * j..]);
-            let sc_hi = sbytes8_ps(&b[24 + 16 * j..]);
-            let q = &b[144 + 192 * j..144 + 192 * j + 192];
-            let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-            let mut lo = [_mm256_setzero_si256(); V];
-            let mut hi = [_mm256_setzero_si256(); V];
-            for g in 0..4 {
-                let (wl, wh) = q6_k_group(q, g);
-                for v in 0..V {
-                    lo[v] = q6_step_vnni(lo[v], wl, broadcast4(xs[v], 4 * g));
-                    hi[v] = q6_step_vnni(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
-                }
-            }
+    super_blocks!(panel, ahead, x, 1680, |b, d, j, i, acc| {
+        let sc_lo = sbytes8_ps(&b[16 + 16 * j..]);
+        let sc_hi = sbytes8_ps(&b[24 + 16 * j..]);
+        let q = &b[144 + 192 * j..144 + 192 * j + 192];
+        let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+        let mut lo = [_mm256_setzero_si256(); V];
+        let mut hi = [_mm256_setzero_si256(); V];
+        for g in 0..4 {
+            let (wl, wh) = q6_k_group(q, g);
             for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let off = |k: usize| _mm256_set1_epi32(32 * i32::from(xb.sums[k]));
-                let pl = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo[v], off(0)));
-                let ph = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi[v], off(1)));
-                let total = _mm256_fmadd_ps(pl, sc_lo, _mm256_mul_ps(ph, sc_hi));
-                let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                acc[v] = _mm256_fmadd_ps(total, dx, acc[v]);
+                lo[v] = q6_step_vnni(lo[v], wl, broadcast4(xs[v], 4 * g));
+                hi[v] = q6_step_vnni(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
             }
         }
-    }
-    std::array::from_fn(|v| lanes(acc[v]))
+        for v in 0..V {
+            let xb = &x.blocks[v * x.nb + i];
+            let off = |k: usize| _mm256_set1_epi32(32 * i32::from(xb.sums[k]));
+            let pl = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo[v], off(0)));
+            let ph = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi[v], off(1)));
+            let total = _mm256_fmadd_ps(pl, sc_lo, _mm256_mul_ps(ph, sc_hi));
+            let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            acc[v] = _mm256_fmadd_ps(total, dx, acc[v]);
+        }
+    })
 }
 
 /// [`packed_q6_k_vnni`] without VNNI: each group's `vpmaddubsw` pair sums (at most
@@ -577,47 +561,37 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12,
         13, 12, 13,
     );
-    let share = prefetch_stride(ahead, x.nb / 8);
-    let mut acc = [_mm256_setzero_ps(); V];
-    for sb in 0..x.nb / 8 {
-        let b = &panel[1680 * sb..1680 * sb + 1680];
-        prefetch_share(ahead, sb, share);
-        let d = _mm256_cvtph_ps(load16(b));
-        for j in 0..8 {
-            let i = 8 * sb + j;
-            let sc_lo = _mm256_shuffle_epi8(sbytes8_epi32(&b[16 + 16 * j..]), twice);
-            let sc_hi = _mm256_shuffle_epi8(sbytes8_epi32(&b[24 + 16 * j..]), twice);
-            // Each row's two scales side by side, for the offsets.
-            let sc_pair = _mm256_blend_epi16::<0xAA>(sc_lo, sc_hi);
-            let q = &b[144 + 192 * j..144 + 192 * j + 192];
-            let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
-            let mut sums = [_mm256_setzero_si256(); V];
-            for g in 0..4 {
-                let (wl, wh) = if UNPACKED {
-                    let u = &values[256 * i..256 * i + 256];
-                    (load32(&u[32 * g..]), load32(&u[128 + 32 * g..]))
-                } else {
-                    q6_k_group(q, g)
-                };
-                for v in 0..V {
-                    let l = _mm256_maddubs_epi16(wl, broadcast4(xs[v], 4 * g));
-                    let h = _mm256_maddubs_epi16(wh, broadcast4(xs[v], 16 + 4 * g));
-                    let scaled =
-                        _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
-                    sums[v] = _mm256_add_epi32(sums[v], scaled);
-                }
-            }
+    super_blocks!(panel, ahead, x, 1680, |b, d, j, i, acc| {
+        let sc_lo = _mm256_shuffle_epi8(sbytes8_epi32(&b[16 + 16 * j..]), twice);
+        let sc_hi = _mm256_shuffle_epi8(sbytes8_epi32(&b[24 + 16 * j..]), twice);
+        // Each row's two scales side by side, for the offsets.
+        let sc_pair = _mm256_blend_epi16::<0xAA>(sc_lo, sc_hi);
+        let q = &b[144 + 192 * j..144 + 192 * j + 192];
+        let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
+        let mut sums = [_mm256_setzero_si256(); V];
+        for g in 0..4 {
+            let (wl, wh) = if UNPACKED {
+                unpacked_group(&values[256 * i..256 * i + 256], g)
+            } else {
+                q6_k_group(q, g)
+            };
             for v in 0..V {
-                let xb = &x.blocks[v * x.nb + i];
-                let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
-                let off = _mm256_madd_epi16(sc_pair, _mm256_set1_epi32(s0 | s1 << 16));
-                let total = _mm256_sub_epi32(sums[v], _mm256_slli_epi32::<5>(off));
-                let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
-                acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), dx, acc[v]);
+                let l = _mm256_maddubs_epi16(wl, broadcast4(xs[v], 4 * g));
+                let h = _mm256_maddubs_epi16(wh, broadcast4(xs[v], 16 + 4 * g));
+                let scaled =
+                    _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
+                sums[v] = _mm256_add_epi32(sums[v], scaled);
             }
         }
-    }
-    std::array::from_fn(|v| lanes(acc[v]))
+        for v in 0..V {
+            let xb = &x.blocks[v * x.nb + i];
+            let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
+            let off = _mm256_madd_epi16(sc_pair, _mm256_set1_epi32(s0 | s1 << 16));
+            let total = _mm256_sub_epi32(sums[v], _mm256_slli_epi32::<5>(off));
+            let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), dx, acc[v]);
+        }
+    })
 }
 
 /// [`q6_k_plain`] unpacking each block's bits as it goes: one pass over the panel.
@@ -640,9 +614,18 @@ fn unpack_q6_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
     });
 }
 
+/// Group `g` of a block unpacked by [`unpack_panel`] (`u`, its 256 bytes): the
+/// values it meets in the block's low half and in its high half.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unpacked_group(u: &[u8], g: usize) -> (__m256i, __m256i) {
+    (load32(&u[32 * g..]), load32(&u[128 + 32 * g..]))
+}
+
 /// Fills `out` with `nb` blocks of 256 bytes: block `i`'s group `g` (of four) from
-/// `group(i, g)`, its low half's values at `32g`, its high half's at `128 + 32g`;
-/// the next panel (`ahead`) is asked for as the super-blocks go.
+/// `group(i, g)`, its low half's values at `32g`, its high half's at `128 + 32g`
+/// (where [`unpacked_group`] reads them); the next panel (`ahead`) is asked for as
+/// the super-blocks go.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn unpack_panel(

@@ -326,7 +326,7 @@ fn small_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
 macro_rules! two_bit_halves {
     ($step:ident, $q:expr, $third:expr, $x:expr, $i:expr) => {{
         let (q, third, x, i): (&[u8], Option<__m256i>, Xs<'_>, usize) = ($q, $third, $x, $i);
-        let (two, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let (two, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
         let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
         let mut halves = [[_mm256_setzero_si256(); V]; 2];
@@ -335,8 +335,15 @@ macro_rules! two_bit_halves {
             for f in 0..4 {
                 let mut w = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), two);
                 if let Some(hw) = third {
-                    let bit = _mm256_and_si256(_mm256_srl_epi16(hw, shift(4 * h + f)), one);
-                    w = _mm256_or_si256(w, _mm256_slli_epi16(bit, 2));
+                    // Bit k of each byte to bit 2, in one 16-bit shift: a move of at
+                    // most seven bits keeps each byte's bit in its byte.
+                    let k = 4 * h + f;
+                    let moved = if k >= 2 {
+                        _mm256_srl_epi16(hw, shift(k - 2))
+                    } else {
+                        _mm256_sll_epi16(hw, shift(2 - k))
+                    };
+                    w = _mm256_or_si256(w, _mm256_and_si256(moved, four));
                 }
                 for (s, qs) in sums.iter_mut().zip(xs) {
                     *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
@@ -390,15 +397,41 @@ packed_q3_k_kernel!(
     q4_1_widen_plain
 );
 
-/// Eight rows' Q2_K scale and min bytes of one group of 16 values, a row a lane:
-/// the scales (low nibbles) and the mins (high ones).
+/// `vpshufb` controls that put, in each 32-bit lane `r`, source bytes `[a(r), b(r)]`
+/// as two 16-bit words (a control byte with its high bit set writes zero).
+const fn word_pairs(a: [u8; 8], b: [u8; 8]) -> [u8; 32] {
+    let mut c = [0x80; 32];
+    let mut r = 0;
+    while r < 8 {
+        c[4 * r] = a[r];
+        c[4 * r + 2] = b[r];
+        r += 1;
+    }
+    c
+}
+
+/// Row `r`'s byte of the low half (`r`) and of the high half (`8 + r`) of a Q2_K
+/// block's scale bytes.
+const Q2_LOW: [u8; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+const Q2_HIGH: [u8; 8] = [8, 9, 10, 11, 12, 13, 14, 15];
+
+/// Eight rows' Q2_K scales and mins of one block (`b`: the low half's eight bytes,
+/// then the high half's; a byte's low nibble is its scale, its high one its min), a
+/// row a lane: each half's scale in both 16-bit halves of the lane (as `vpmaddwd`
+/// meets a lane's two pair sums), and the row's two mins side by side. Three
+/// shuffles of the sixteen bytes, both 128-bit halves of the register holding them.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn nibbles8_epi32(b: &[u8]) -> (__m256i, __m256i) {
-    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    let bytes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
-    let low = _mm256_and_si256(bytes, _mm256_set1_epi32(0xF));
-    (low, _mm256_srli_epi32(bytes, 4))
+fn q2_k_scales(b: &[u8]) -> (__m256i, __m256i, __m256i) {
+    const SC_LO: [u8; 32] = word_pairs(Q2_LOW, Q2_LOW);
+    const SC_HI: [u8; 32] = word_pairs(Q2_HIGH, Q2_HIGH);
+    const MINS: [u8; 32] = word_pairs(Q2_LOW, Q2_HIGH);
+    let bytes = _mm256_broadcastsi128_si256(load16(b));
+    let nibble = _mm256_set1_epi8(0xF);
+    let scales = |ctl: &[u8; 32]| _mm256_and_si256(_mm256_shuffle_epi8(bytes, load32(ctl)), nibble);
+    // A word holding one byte shifts its high nibble down alone.
+    let mins = _mm256_srli_epi16(_mm256_shuffle_epi8(bytes, load32(&MINS)), 4);
+    (scales(&SC_LO), scales(&SC_HI), mins)
 }
 
 /// Q2_K panels of a [`PackedMatrix`] against `V` vectors: per block of 32 values, two
@@ -418,13 +451,7 @@ macro_rules! packed_q2_k_kernel {
         fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
             super_blocks!(panel, ahead, x, 672, |b, d, j, i, acc| {
                 let dmin = _mm256_cvtph_ps(load16(&b[16..]));
-                let (sc_lo, mn_lo) = nibbles8_epi32(&b[32 + 16 * j..]);
-                let (sc_hi, mn_hi) = nibbles8_epi32(&b[40 + 16 * j..]);
-                // A row's scale in both 16-bit halves of its lane (at most 15, so
-                // the shift carries nothing across), and its two mins side by side.
-                let twice = |sc: __m256i| _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                let (sc_lo16, sc_hi16) = (twice(sc_lo), twice(sc_hi));
-                let mn_pair = _mm256_or_si256(mn_lo, _mm256_slli_epi32(mn_hi, 16));
+                let (sc_lo16, sc_hi16, mn_pair) = q2_k_scales(&b[32 + 16 * j..]);
                 let f = _mm256_cvtepi32_ps;
                 let q = &b[160 + 64 * j..160 + 64 * j + 64];
                 let halves = two_bit_halves!($step, q, None, x, i);
@@ -439,11 +466,18 @@ macro_rules! packed_q2_k_kernel {
                         let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
                         (f(total), f(mins))
                     } else {
+                        // The lanes' low words as floats, and their high ones.
+                        let low = |w| f(_mm256_blend_epi16::<0xAA>(w, _mm256_setzero_si256()));
+                        let high = |w| f(_mm256_srli_epi32::<16>(w));
                         let (h0, h1) = (f(halves[0][v]), f(halves[1][v]));
                         let xsum = |h: usize| _mm256_set1_ps(f32::from(xb.sums[h]));
                         (
-                            _mm256_fmadd_ps(h0, f(sc_lo), _mm256_mul_ps(h1, f(sc_hi))),
-                            _mm256_fmadd_ps(f(mn_lo), xsum(0), _mm256_mul_ps(f(mn_hi), xsum(1))),
+                            _mm256_fmadd_ps(h0, low(sc_lo16), _mm256_mul_ps(h1, low(sc_hi16))),
+                            _mm256_fmadd_ps(
+                                low(mn_pair),
+                                xsum(0),
+                                _mm256_mul_ps(high(mn_pair), xsum(1)),
+                            ),
                         )
                     };
                     let xd = _mm256_set1_ps(xb.d);

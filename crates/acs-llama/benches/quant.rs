@@ -101,8 +101,14 @@ mod native {
     }
 
     pub fn matmul_throughput() {
-        // `ACS_BENCH_FORMATS=Q2_K,Q3_K` measures only those formats.
+        // `ACS_BENCH_FORMATS=Q2_K,Q3_K` measures only those formats,
+        // `ACS_BENCH_BATCHES=128,512` those batches.
         let only = std::env::var("ACS_BENCH_FORMATS").ok();
+        let batches: Vec<usize> = std::env::var("ACS_BENCH_BATCHES").map_or(vec![1, 8, 128], |b| {
+            b.split(',')
+                .map(|n| n.trim().parse().expect("a batch size"))
+                .collect()
+        });
         let chosen = |ty: GgmlType| {
             only.as_deref()
                 .is_none_or(|o| o.split(',').any(|f| f.trim() == format!("{ty:?}")))
@@ -114,16 +120,18 @@ mod native {
             (GgmlType::Q4_0, 1536, 576),
             (GgmlType::Q4_K, 1536, 768),
             (GgmlType::Q6_K, 1536, 768),
-            // The K formats of a 1B model's square matrices.
+            // The K formats of a 1B model's matrices: a square one and the FFN's
+            // down projection (the widest rows).
             (GgmlType::Q2_K, 2048, 2048),
             (GgmlType::Q3_K, 2048, 2048),
             (GgmlType::Q5_K, 2048, 2048),
+            (GgmlType::Q3_K, 2048, 8192),
         ]
         .into_iter()
         .filter(|&(ty, ..)| chosen(ty))
         {
-            // 1 and 8: decode steps; 128: a prefill.
-            for batch in [1, 8, 128] {
+            // 1 and 8 (by default): decode steps; 128: a prefill.
+            for &batch in &batches {
                 for packed in [false, true] {
                     // One matrix (cache-hot) and 64 distinct ones (streamed from DRAM).
                     let n_cold = (64 * 1536 * 576 / (rows * cols)).max(1);

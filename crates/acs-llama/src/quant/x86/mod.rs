@@ -1,8 +1,9 @@
 //! The x86-64 kernels of the block formats, named by their operands: `tile` (Q4_0, Q4_1,
 //! Q5_0, Q5_1 and Q8_0 rows against groups of vectors), `k_quants` (Q2_K to Q6_K), `iq4`
-//! (IQ4_NL, IQ4_XS), `packed`
-//! and `packed_512` (the repacked panels of [`PackedMatrix`](super::PackedMatrix) in
-//! 256- and 512-bit registers) and `round` (activations to 8 bits).
+//! (IQ4_NL, IQ4_XS), `packed`, `packed_k` and `packed_512` (the repacked panels of
+//! [`PackedMatrix`](super::PackedMatrix) in 256- and 512-bit registers: the Q4_1
+//! family's, Q8_0's and the dispatcher; the K-quants'; both widths' in 512 bits), with
+//! `panel_steps` what the 256-bit ones share, and `round` (activations to 8 bits).
 //!
 //! Each weight block's 4-, 5-, 6- or 8-bit values are widened to bytes in registers and
 //! multiplied against the activation bytes, with `vpdpbusd` (u8 × i8, four products
@@ -35,6 +36,8 @@ pub(crate) mod iq4;
 pub(crate) mod k_quants;
 pub(crate) mod packed;
 mod packed_512;
+mod packed_k;
+mod panel_steps;
 pub(crate) mod round;
 pub(crate) mod tile;
 

@@ -125,6 +125,7 @@ mod native {
             (GgmlType::Q2_K, 2048, 2048),
             (GgmlType::Q3_K, 2048, 2048),
             (GgmlType::Q5_K, 2048, 2048),
+            (GgmlType::Q6_K, 2048, 2048),
             (GgmlType::Q3_K, 2048, 8192),
         ]
         .into_iter()

@@ -352,6 +352,19 @@ fn q6_step_vnni(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     add_mul_sum_us8_vnni(s, w, x)
 }
 
+/// Σ u8 × i8 of two neighbouring groups of four values per lane (`w0` against
+/// activations `at..at + 4`, `w1` against the next four) without VNNI, in 16 bits:
+/// each `vpmaddubsw` pair sum of 6-bit values is at most 2 × 63 × 127, so the two
+/// groups' 4 × 63 × 127 = 32004 fit.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn two_groups(w0: __m256i, w1: __m256i, qs: &[i8; QK], at: usize) -> __m256i {
+    _mm256_add_epi16(
+        _mm256_maddubs_epi16(w0, broadcast4(qs, at)),
+        _mm256_maddubs_epi16(w1, broadcast4(qs, at + 4)),
+    )
+}
+
 /// One block's Q6_K groups, unpacked: for each Q4_1 group `g` of the block's bytes
 /// `q`, the values it meets in the low half (`.0`) and in the high half (`.1`),
 /// each its four low bits with its two high bits added from their own bytes.
@@ -416,8 +429,10 @@ pub(super) fn packed_q6_k_vnni<const V: usize>(
 }
 
 /// [`packed_q6_k_vnni`] without VNNI: each group's `vpmaddubsw` pair sums (at most
-/// 2 × 63 × 127, no saturation) meet their half's scale in the `vpmaddwd` that
-/// widens them, so a block keeps one integer sum a vector, scaled already, and
+/// 2 × 63 × 127, no saturation) add to the next group's in 16 bits
+/// ([`two_groups`]), and the two groups' sums meet their half's scale in the `vpmaddwd` that widens them (one for two groups, not one for each:
+/// the multiplier ports are what a long batch waits on), so a block keeps one
+/// integer sum a vector, scaled already, and
 /// the `32 ×` offset comes off it with one more `vpmaddwd` of the two halves'
 /// scales and the activations' half sums. The integer total is exact (at most
 /// 2 × 16 × 32 × 127 × 128 in size), the one [`packed_q6_k_vnni`] makes. With
@@ -445,15 +460,17 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
         let q = &b[144 + 192 * j..144 + 192 * j + 192];
         let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
         let mut sums = [_mm256_setzero_si256(); V];
-        for g in 0..4 {
-            let (wl, wh) = if UNPACKED {
-                unpacked_group(&values[256 * i..256 * i + 256], g)
+        for p in 0..2 {
+            let g = 2 * p;
+            let ((wl0, wh0), (wl1, wh1)) = if UNPACKED {
+                let u = &values[256 * i..256 * i + 256];
+                (unpacked_group(u, g), unpacked_group(u, g + 1))
             } else {
-                q6_k_group(q, g)
+                (q6_k_group(q, g), q6_k_group(q, g + 1))
             };
             for v in 0..V {
-                let l = _mm256_maddubs_epi16(wl, broadcast4(xs[v], 4 * g));
-                let h = _mm256_maddubs_epi16(wh, broadcast4(xs[v], 16 + 4 * g));
+                let l = two_groups(wl0, wl1, xs[v], 4 * g);
+                let h = two_groups(wh0, wh1, xs[v], 16 + 4 * g);
                 let scaled =
                     _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
                 sums[v] = _mm256_add_epi32(sums[v], scaled);

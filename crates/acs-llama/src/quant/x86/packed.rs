@@ -225,11 +225,12 @@ pub(crate) fn packed_rows(
         return;
     }
     let vnni = t.vnni() && pm.for_dpbusd();
-    // A Q5_K or Q6_K batch of more vectors than this (three tiles or more) unpacks
-    // each panel once (see `unpack_q6_k_panel`); fewer unpack as they go.
+    // A Q3_K, Q5_K or Q6_K batch of more vectors than this (three tiles or more)
+    // unpacks each panel once (see `unpack_q6_k_panel`); fewer unpack as they go.
     const UNPACK_PAST_VECTORS: usize = 8;
-    let unpacks =
-        !vnni && qx.count > UNPACK_PAST_VECTORS && matches!(pm.ty, GgmlType::Q5_K | GgmlType::Q6_K);
+    let unpacks = !vnni
+        && qx.count > UNPACK_PAST_VECTORS
+        && matches!(pm.ty, GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K);
     let mut unpacked = Vec::new();
     let mut r0 = rows.start;
     while r0 < rows.end {
@@ -245,6 +246,7 @@ pub(crate) fn packed_rows(
             // the stores whose bounds they prove.
             unsafe {
                 match pm.ty {
+                    GgmlType::Q3_K => unpack_q3_k_panel(panel, ahead, nb, &mut unpacked),
                     GgmlType::Q5_K => unpack_q5_k_panel(panel, ahead, nb, &mut unpacked),
                     _ => unpack_q6_k_panel(panel, ahead, nb, &mut unpacked),
                 }
@@ -277,6 +279,9 @@ pub(crate) fn packed_rows(
             unsafe {
                 let u = &unpacked[..];
                 match (pm.ty, vnni) {
+                    (GgmlType::Q3_K, false) if unpacks => {
+                        tiles!(unpacked_q3_k_plain, nv, emit, panel, u, x)
+                    }
                     (GgmlType::Q5_K, false) if unpacks => {
                         tiles!(unpacked_q5_k_plain, nv, emit, panel, u, x)
                     }

@@ -148,33 +148,49 @@ fn small_step_plain(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
 }
 
-/// One block's two-bit values of a Q2_K or Q3_K panel (`$q`: for each half, four
-/// bytes a row, values `16h + 4f + e` at bits `2f` of byte `e`; with Q3_K's third
-/// bits where `$third` has them, bit `4h + f` of byte `e`) against block `$i` of the
-/// calling kernel's `V` vectors (`$x`), summed by `$step` into one sum per half and
-/// vector. A macro, so that each kernel inlines its own.
+/// Group `f` of half `h` of a Q2_K or Q3_K block's values (`q`: for each half,
+/// four bytes a row, values `16h + 4f + e` at bits `2f` of byte `e`; with Q3_K's
+/// third bits where `third` has them, bit `4h + f` of byte `e`), a byte each: the
+/// two low bits, and the third at bit 2.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn two_bit_group(q: &[u8], third: Option<__m256i>, h: usize, f: usize) -> __m256i {
+    let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+    let wg = load32(&q[32 * h..]);
+    let w = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), _mm256_set1_epi8(3));
+    match third {
+        Some(hw) => {
+            // Bit k of each byte to bit 2, in one 16-bit shift: a move of at most
+            // seven bits keeps each byte's bit in its byte.
+            let k = 4 * h + f;
+            let moved = if k >= 2 {
+                _mm256_srl_epi16(hw, shift(k - 2))
+            } else {
+                _mm256_sll_epi16(hw, shift(2 - k))
+            };
+            _mm256_or_si256(w, _mm256_and_si256(moved, _mm256_set1_epi8(4)))
+        }
+        None => w,
+    }
+}
+
+/// One block of a Q2_K or Q3_K panel ([`two_bit_group`]'s `$q` and `$third`, or
+/// where `$values` is `Some`, the same groups unpacked already: the low halves'
+/// four then the high halves', 256 bytes) against block `$i` of the calling
+/// kernel's `V` vectors (`$x`), summed by `$step` into one sum per half and vector.
+/// A macro, so that each kernel inlines its own.
 macro_rules! two_bit_halves {
-    ($step:ident, $q:expr, $third:expr, $x:expr, $i:expr) => {{
-        let (q, third, x, i): (&[u8], Option<__m256i>, Xs<'_>, usize) = ($q, $third, $x, $i);
-        let (two, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
-        let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+    ($step:ident, $q:expr, $third:expr, $values:expr, $x:expr, $i:expr) => {{
+        let (q, third, values, x, i): (&[u8], Option<__m256i>, Option<&[u8]>, Xs<'_>, usize) =
+            ($q, $third, $values, $x, $i);
         let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
         let mut halves = [[_mm256_setzero_si256(); V]; 2];
         for (h, sums) in halves.iter_mut().enumerate() {
-            let wg = load32(&q[32 * h..]);
             for f in 0..4 {
-                let mut w = _mm256_and_si256(_mm256_srl_epi16(wg, shift(2 * f)), two);
-                if let Some(hw) = third {
-                    // Bit k of each byte to bit 2, in one 16-bit shift: a move of at
-                    // most seven bits keeps each byte's bit in its byte.
-                    let k = 4 * h + f;
-                    let moved = if k >= 2 {
-                        _mm256_srl_epi16(hw, shift(k - 2))
-                    } else {
-                        _mm256_sll_epi16(hw, shift(2 - k))
-                    };
-                    w = _mm256_or_si256(w, _mm256_and_si256(moved, four));
-                }
+                let w = match values {
+                    Some(u) => load32(&u[128 * h + 32 * f..]),
+                    None => two_bit_group(q, third, h, f),
+                };
                 for (s, qs) in sums.iter_mut().zip(xs) {
                     *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
                 }
@@ -182,6 +198,22 @@ macro_rules! two_bit_halves {
         }
         halves
     }};
+}
+
+/// An 8-row Q3_K panel's values (`nb` blocks), unpacked once for the many tiles of
+/// a long batch, as [`unpack_q6_k_panel`] does Q6_K's: for each block, the groups
+/// of [`two_bit_group`] with their third bits, the low halves' four then the high
+/// halves', 256 bytes. The shifts that place the third bits are a third of a
+/// block's work when each tile of four vectors repeats them. (Q2_K's two bits a
+/// value cost less to take from the panel than four times the bytes cost to load.)
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn unpack_q3_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    unpack_panel(ahead, nb, out, |i, g| {
+        let q = &panel[912 * (i / 8) + 144 + 96 * (i % 8)..][..96];
+        let third = Some(load32(&q[64..]));
+        (two_bit_group(q, third, 0, g), two_bit_group(q, third, 1, g))
+    });
 }
 
 /// Q3_K panels of a `PackedMatrix` against `V` vectors: per block of 32 values,
@@ -194,29 +226,41 @@ macro_rules! packed_q3_k_kernel {
     ($name:ident, $features:tt, $step:ident, $widen:ident) => {
         #[inline]
         #[target_feature(enable = $features)]
-        pub(super) fn $name<const V: usize>(
-            panel: &[u8],
-            ahead: &[u8],
-            x: Xs<'_>,
-        ) -> [[f32; 8]; V] {
-            super_blocks!(panel, ahead, x, 912, |b, d, j, i, acc| {
-                let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
-                let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
-                let q = &b[144 + 96 * j..144 + 96 * j + 96];
-                let halves = two_bit_halves!($step, q, Some(load32(&q[64..])), x, i);
-                for v in 0..V {
-                    let xb = &x.blocks[v * x.nb + i];
-                    let half = |h: usize| {
-                        let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
-                        _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
-                    };
-                    let xd = _mm256_set1_ps(xb.d);
-                    acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
-                    acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
-                }
-            })
+        pub(super) fn $name<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            packed_q3_k_kernel!(@body $step, $widen, panel, ahead, None, x)
         }
     };
+    ($name:ident, $features:tt, $step:ident, $widen:ident, unpacked: $unpacked:ident) => {
+        packed_q3_k_kernel!($name, $features, $step, $widen);
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(super) fn $unpacked<const V: usize>(panel: &[u8], values: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
+            packed_q3_k_kernel!(@body $step, $widen, panel, &[], Some(values), x)
+        }
+    };
+    (@body $step:ident, $widen:ident, $panel:expr, $ahead:expr, $values:expr, $x:expr) => {{
+        let (panel, ahead, values, x): (&[u8], &[u8], Option<&[u8]>, Xs<'_>) =
+            ($panel, $ahead, $values, $x);
+        super_blocks!(panel, ahead, x, 912, |b, d, j, i, acc| {
+            let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
+            let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
+            let q = &b[144 + 96 * j..144 + 96 * j + 96];
+            let halves = match values {
+                Some(u) => two_bit_halves!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
+                None => two_bit_halves!($step, q, Some(load32(&q[64..])), None, x, i),
+            };
+            for v in 0..V {
+                let xb = &x.blocks[v * x.nb + i];
+                let half = |h: usize| {
+                    let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
+                    _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
+                };
+                let xd = _mm256_set1_ps(xb.d);
+                acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
+                acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
+            }
+        })
+    }};
 }
 packed_q3_k_kernel!(
     packed_q3_k_vnni,
@@ -228,7 +272,8 @@ packed_q3_k_kernel!(
     packed_q3_k_plain,
     "avx2,fma,f16c",
     small_step_plain,
-    q4_1_widen_plain
+    q4_1_widen_plain,
+    unpacked: unpacked_q3_k_plain
 );
 
 /// `vpshufb` controls that put, in each 32-bit lane `r`, source bytes `[a(r), b(r)]`
@@ -292,7 +337,7 @@ macro_rules! packed_q2_k_kernel {
                 let (sc_lo16, sc_hi16, mn_pair) = q2_k_scales(&b[32 + 16 * j..]);
                 let f = _mm256_cvtepi32_ps;
                 let q = &b[160 + 64 * j..160 + 64 * j + 64];
-                let halves = two_bit_halves!($step, q, None, x, i);
+                let halves = two_bit_halves!($step, q, None, None, x, i);
                 for v in 0..V {
                     let xb = &x.blocks[v * x.nb + i];
                     let (total, mins) = if $plain {

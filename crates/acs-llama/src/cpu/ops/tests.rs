@@ -94,8 +94,8 @@ fn cache_halves_round_to_nearest_and_saturate() {
 /// Attention over a cache of halves, for 1 to 5 query heads per key/value head and
 /// heads of several widths:
 /// both instruction sets, against f64 sums of the same (already rounded) values;
-/// each head's result the same bits as that head's alone, and the weighted sums
-/// of a cache in two parts the same bits as of one.
+/// each head's result the same bits as that head's alone, and the scores and
+/// weighted sums of a cache in two parts the same bits as of one.
 #[test]
 fn dots_and_weighted_sums_read_halves() {
     // Llama's heads of 64 and the other families' (96, 128, 256), and one of 40.
@@ -124,6 +124,20 @@ fn dots_and_weighted_sums_read_halves() {
                     ops.weighted_sum(&part(0..split), heads, early, hd, &mut parts);
                     ops.weighted_sum(&part(split..n), heads, late, hd, &mut parts);
                     assert_eq!(parts, out, "{heads} heads, split at {split}");
+                    // And the scores of the two parts are the whole's, whichever
+                    // positions a kernel reduces together.
+                    let mut early_scores = vec![0f32; heads * split];
+                    let mut late_scores = vec![0f32; heads * (n - split)];
+                    ops.dots(&q, heads, early, hd, &mut early_scores);
+                    ops.dots(&q, heads, late, hd, &mut late_scores);
+                    for h in 0..heads {
+                        let joined = [
+                            &early_scores[h * split..(h + 1) * split],
+                            &late_scores[h * (n - split)..(h + 1) * (n - split)],
+                        ]
+                        .concat();
+                        assert_eq!(joined, scores[h * n..(h + 1) * n], "split at {split}");
+                    }
                 }
                 for h in 0..heads {
                     let mut alone = vec![0f32; n];

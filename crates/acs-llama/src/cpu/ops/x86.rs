@@ -106,21 +106,92 @@ fn dots_impl<const G: usize>(
     scores: &mut [f32],
 ) {
     let n = scores.len() / G;
+    let q: [&[f32]; G] = std::array::from_fn(|h| &q[h * hd..(h + 1) * hd]);
+    let key = |t: usize| &keys[t * stride..t * stride + hd];
     prefetch_first(keys, n, stride, hd);
-    for t in 0..n {
-        prefetch_position(keys, (t + AHEAD) * stride, hd);
-        let k = &keys[t * stride..t * stride + hd];
-        let mut acc = [[_mm256_setzero_ps(); 2]; G];
-        for l in 0..hd / 8 {
-            let kl = load8h(k, 8 * l);
-            for (h, a) in acc.iter_mut().enumerate() {
-                a[l % 2] = _mm256_fmadd_ps(load8f(&q[h * hd + 8 * l..]), kl, a[l % 2]);
+    let whole = n - n % 8;
+    for t0 in (0..whole).step_by(8) {
+        let mut eight = [[_mm256_setzero_ps(); 8]; G];
+        for p in 0..8 {
+            prefetch_position(keys, (t0 + p + AHEAD) * stride, hd);
+            let sums = position_sums(&q, key(t0 + p));
+            for (e, s) in eight.iter_mut().zip(sums) {
+                e[p] = s;
             }
         }
-        for (h, a) in acc.iter().enumerate() {
-            scores[h * n + t] = hsum_ps(_mm256_add_ps(a[0], a[1]));
+        for (h, e) in eight.iter().enumerate() {
+            let out: &mut [f32; 8] = (&mut scores[h * n + t0..][..8])
+                .try_into()
+                .expect("8 scores");
+            // SAFETY: `out` is 8 writable floats; the store is unaligned.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), hsum8_ps(*e)) };
         }
     }
+    for t in whole..n {
+        prefetch_position(keys, (t + AHEAD) * stride, hd);
+        for (h, s) in position_sums(&q, key(t)).into_iter().enumerate() {
+            scores[h * n + t] = hsum_ps(s);
+        }
+    }
+}
+
+/// One key `k` against `G` query heads: per head, its products in eight lanes, the
+/// even chunks of eight values summed in one register and the odd ones in another,
+/// then the two added. The chunks go two at a time so that both sums are registers
+/// (indexed by `l % 2` they lived on the stack, every multiply-add a load and a
+/// store).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn position_sums<const G: usize>(q: &[&[f32]; G], k: &[f16]) -> [__m256; G] {
+    let chunks = k.len() / 8;
+    let (mut even, mut odd) = ([_mm256_setzero_ps(); G], [_mm256_setzero_ps(); G]);
+    for l in (0..chunks - chunks % 2).step_by(2) {
+        let (k0, k1) = (load8h(k, 8 * l), load8h(k, 8 * l + 8));
+        for h in 0..G {
+            even[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l..]), k0, even[h]);
+            odd[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l + 8..]), k1, odd[h]);
+        }
+    }
+    if chunks % 2 == 1 {
+        let l = chunks - 1;
+        let kl = load8h(k, 8 * l);
+        for h in 0..G {
+            even[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l..]), kl, even[h]);
+        }
+    }
+    std::array::from_fn(|h| _mm256_add_ps(even[h], odd[h]))
+}
+
+/// Eight positions' lane sums reduced together, each as [`hsum_ps`] reduces one —
+/// `((x₀ + x₄) + (x₂ + x₆)) + ((x₁ + x₅) + (x₃ + x₇))`, so the same bits — in a
+/// dozen shuffles and adds where [`hsum_ps`] takes five for each.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum8_ps(v: [__m256; 8]) -> __m256 {
+    // x_k + x_{k+4}: positions p and p + 1, four lanes each.
+    let s = |a: __m256, b: __m256| {
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        )
+    };
+    let (s01, s23, s45, s67) = (s(v[0], v[1]), s(v[2], v[3]), s(v[4], v[5]), s(v[6], v[7]));
+    // s_0 + s_2 and s_1 + s_3 of positions p and p + 2 in the low 128-bit lane,
+    // p + 1 and p + 3 in the high one.
+    let u = |a: __m256, b: __m256| {
+        _mm256_add_ps(
+            _mm256_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm256_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (u0, u4) = (u(s01, s23), u(s45, s67));
+    // (s_0 + s_2) + (s_1 + s_3): positions 0, 2, 4, 6 in the low lane, 1, 3, 5, 7
+    // in the high one.
+    let f = _mm256_add_ps(
+        _mm256_shuffle_ps::<0b10_00_10_00>(u0, u4),
+        _mm256_shuffle_ps::<0b11_01_11_01>(u0, u4),
+    );
+    _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }
 
 /// [`super::F32Ops::append_halves`] with F16C, eight values at a time.

@@ -100,7 +100,8 @@ fn cache_halves_round_to_nearest_and_saturate() {
 fn dots_and_weighted_sums_read_halves() {
     // Llama's heads of 64 and the other families' (96, 128, 256), and one of 40.
     for hd in [64, 40, 96, 128, 256] {
-        let n = 13;
+        // 45 positions: a 256-wide head's weighted sums run in two blocks of positions.
+        let n = 45;
         let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
         let mut cache = Vec::new();
         F32Ops(Isa::Portable).append_halves(&xs, &mut cache);

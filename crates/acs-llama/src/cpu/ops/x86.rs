@@ -319,31 +319,40 @@ fn weighted_sum_impl<const G: usize, const C: usize>(
     out: &mut [f32],
 ) {
     let n = weights.len() / G;
+    // Positions a block: the passes over a block's values find them in L1 (16 KiB
+    // of halves), where passes over a long context's whole cache would each bring
+    // it from L2 or memory again. Between blocks the sums wait in `out`, so each
+    // output value is still one chain of multiply-adds in position order.
+    let block = (8192 / stride.max(1)).max(8);
     prefetch_first(values, n, stride, hd);
-    for pass in 0..hd / (8 * C) {
-        let at = 8 * C * pass;
-        let mut acc: [[__m256; C]; G] =
-            std::array::from_fn(|h| std::array::from_fn(|l| load8f(&out[h * hd + at + 8 * l..])));
-        for t in 0..n {
-            if pass == 0 {
-                prefetch_position(values, (t + AHEAD) * stride, hd);
-            }
-            let v = &values[t * stride + at..t * stride + at + 8 * C];
-            let w: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(weights[h * n + t]));
-            for l in 0..C {
-                let vl = load8h(v, 8 * l);
-                for (a, &wh) in acc.iter_mut().zip(&w) {
-                    a[l] = _mm256_fmadd_ps(wh, vl, a[l]);
+    for first in (0..n).step_by(block) {
+        let positions = first..(first + block).min(n);
+        for pass in 0..hd / (8 * C) {
+            let at = 8 * C * pass;
+            let mut acc: [[__m256; C]; G] = std::array::from_fn(|h| {
+                std::array::from_fn(|l| load8f(&out[h * hd + at + 8 * l..]))
+            });
+            for t in positions.clone() {
+                if pass == 0 {
+                    prefetch_position(values, (t + AHEAD) * stride, hd);
+                }
+                let v = &values[t * stride + at..t * stride + at + 8 * C];
+                let w: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(weights[h * n + t]));
+                for l in 0..C {
+                    let vl = load8h(v, 8 * l);
+                    for (a, &wh) in acc.iter_mut().zip(&w) {
+                        a[l] = _mm256_fmadd_ps(wh, vl, a[l]);
+                    }
                 }
             }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            for (l, al) in a.iter().enumerate() {
-                let o: &mut [f32; 8] = (&mut out[h * hd + at + 8 * l..][..8])
-                    .try_into()
-                    .expect("8 floats");
-                // SAFETY: `o` is 8 writable floats; the store is unaligned.
-                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *al) };
+            for (h, a) in acc.iter().enumerate() {
+                for (l, al) in a.iter().enumerate() {
+                    let o: &mut [f32; 8] = (&mut out[h * hd + at + 8 * l..][..8])
+                        .try_into()
+                        .expect("8 floats");
+                    // SAFETY: `o` is 8 writable floats; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *al) };
+                }
             }
         }
     }

@@ -500,8 +500,9 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
     super_blocks!(panel, ahead, x, 1680, |b, d, j, i, acc| {
         let sc_lo = _mm256_shuffle_epi8(sbytes8_epi32(&b[16 + 16 * j..]), twice);
         let sc_hi = _mm256_shuffle_epi8(sbytes8_epi32(&b[24 + 16 * j..]), twice);
-        // Each row's two scales side by side, for the offsets.
-        let sc_pair = _mm256_blend_epi16::<0xAA>(sc_lo, sc_hi);
+        // Each row's two scales side by side, times the 32 of the offsets (at most
+        // 128 × 32 in size, inside 16 bits): once a block, not once a vector.
+        let sc_pair = _mm256_slli_epi16::<5>(_mm256_blend_epi16::<0xAA>(sc_lo, sc_hi));
         let q = &b[144 + 192 * j..144 + 192 * j + 192];
         let xs: [&[i8; QK]; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i].qs);
         let mut sums = [_mm256_setzero_si256(); V];
@@ -525,7 +526,7 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
             let xb = &x.blocks[v * x.nb + i];
             let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
             let off = _mm256_madd_epi16(sc_pair, _mm256_set1_epi32(s0 | s1 << 16));
-            let total = _mm256_sub_epi32(sums[v], _mm256_slli_epi32::<5>(off));
+            let total = _mm256_sub_epi32(sums[v], off);
             let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
             acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), dx, acc[v]);
         }

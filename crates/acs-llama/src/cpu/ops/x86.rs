@@ -378,7 +378,7 @@ fn load16h(h: &[f16], at: usize) -> __m512 {
 
 /// One key against `G` query heads: per head, its 64 products in 16 lanes, lane
 /// `l` summing those of values `l`, `l + 16`, `l + 32`, `l + 48` in that order.
-/// Lanes 0–7 are [`dots_impl`]'s first accumulator and lanes 8–15 its second,
+/// Lanes 0–7 are [`position_sums`]'s even sum and lanes 8–15 its odd one,
 /// bit for bit (the same multiply-adds in the same order).
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
@@ -394,7 +394,7 @@ fn key_sums<const G: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
 }
 
 /// Two keys' sums `a` and `b` (see [`key_sums`]) with lanes `l` and `l + 8`
-/// added: `[a₀..₈ | b₀..₈]`, each half what [`dots_impl`] gives [`hsum_ps`].
+/// added: `[a₀..₈ | b₀..₈]`, each half what [`position_sums`] gives for one key.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn fold_pair(a: __m512, b: __m512) -> __m512 {

@@ -5,8 +5,9 @@
 use std::arch::x86_64::*;
 
 use super::panel_steps::{
-    broadcast4, nibble_group, nibble_sums, prefetch_share, prefetch_stride, q4_1_step_plain,
-    q4_1_step_vnni, q4_1_widen_plain, q4_1_widen_vnni, q5_step_plain, unpack_panel, unpacked_group,
+    broadcast4, half_sums_pair, nibble_group, nibble_sums, prefetch_share, prefetch_stride,
+    q4_1_step_plain, q4_1_step_vnni, q4_1_widen_plain, q4_1_widen_vnni, q5_step_plain,
+    unpack_panel, unpacked_group,
 };
 use super::*;
 use crate::cpu::x86::lanes;
@@ -345,8 +346,7 @@ macro_rules! packed_q2_k_kernel {
                             _mm256_madd_epi16(halves[0][v], sc_lo16),
                             _mm256_madd_epi16(halves[1][v], sc_hi16),
                         );
-                        let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
-                        let mins = _mm256_madd_epi16(mn_pair, _mm256_set1_epi32(s0 | s1 << 16));
+                        let mins = _mm256_madd_epi16(mn_pair, half_sums_pair(xb));
                         (f(total), f(mins))
                     } else {
                         // The lanes' low words as floats, and their high ones.
@@ -524,8 +524,7 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
         }
         for v in 0..V {
             let xb = &x.blocks[v * x.nb + i];
-            let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
-            let off = _mm256_madd_epi16(sc_pair, _mm256_set1_epi32(s0 | s1 << 16));
+            let off = _mm256_madd_epi16(sc_pair, half_sums_pair(xb));
             let total = _mm256_sub_epi32(sums[v], off);
             let dx = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
             acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), dx, acc[v]);

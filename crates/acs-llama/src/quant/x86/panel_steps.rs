@@ -17,6 +17,15 @@ pub(super) fn broadcast4(qs: &[i8; QK], at: usize) -> __m256i {
     _mm256_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
 }
 
+/// An activation block's two half sums as the two 16-bit words of every 32-bit
+/// lane: what `vpmaddwd` meets a row's pair of half scales (or mins) with.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn half_sums_pair(xb: &BlockQ8) -> __m256i {
+    let [s0, s1] = xb.sums.map(|s| i32::from(s as u16));
+    _mm256_set1_epi32(s0 | s1 << 16)
+}
+
 /// Two neighbouring groups of four weight bytes per row (`w`: the first group's low
 /// nibbles and high ones, then the second's) against the activations each meets
 /// (`x`, in the same order), added to a vector's integer sums, with AVX-VNNI:

@@ -137,9 +137,9 @@ fn dots_impl<const G: usize>(
 
 /// One key `k` against `G` query heads: per head, its products in eight lanes, the
 /// even chunks of eight values summed in one register and the odd ones in another,
-/// then the two added. The chunks go two at a time so that both sums are registers
-/// (indexed by `l % 2` they lived on the stack, every multiply-add a load and a
-/// store).
+/// then the two added. The chunks go two at a time so that both sums stay in
+/// registers: sums indexed by `l % 2` would live on the stack, every multiply-add
+/// a load and a store.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn position_sums<const G: usize>(q: &[&[f32]; G], k: &[f16]) -> [__m256; G] {

@@ -5,9 +5,9 @@
 use std::arch::x86_64::*;
 
 use super::panel_steps::{
-    broadcast4, half_sums_pair, nibble_group, nibble_sums, prefetch_share, prefetch_stride,
-    q4_1_step_plain, q4_1_step_vnni, q4_1_widen_plain, q4_1_widen_vnni, q5_step_plain,
-    unpack_panel, unpacked_group,
+    broadcast4, half_sums_pair, maddubs_pair, nibble_group, nibble_sums, prefetch_share,
+    prefetch_stride, q4_1_step_plain, q4_1_step_vnni, q4_1_widen_plain, q4_1_widen_vnni,
+    q5_step_plain, unpack_panel, unpacked_group,
 };
 use super::*;
 use crate::cpu::x86::lanes;
@@ -81,13 +81,12 @@ macro_rules! packed_k4_kernel {
             let sc = _mm256_mul_ps(d, bytes8_ps(&b[32 + 8 * j..]));
             let mn = _mm256_mul_ps(dmin, bytes8_ps(&b[96 + 8 * j..]));
             let q = &b[160 + sub * j..160 + sub * (j + 1)];
-            let sums = match values {
-                Some(u) => nibble_sums!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
-                None => {
-                    let high = if $q5 { Some(load32(&q[128..])) } else { None };
-                    nibble_sums!($step, q, high, None, x, i)
-                }
+            // Unpacked values carry their fifth bits; the panel's are read here.
+            let (high, u) = match values {
+                Some(u) => (None, Some(&u[256 * i..256 * i + 256])),
+                None => ($q5.then(|| load32(&q[128..])), None),
             };
+            let sums = nibble_sums!($step, q, high, u, x, i);
             for (v, (acc, &s)) in acc.iter_mut().zip(&sums).enumerate() {
                 let xb = &x.blocks[v * x.nb + i];
                 let p = _mm256_cvtepi32_ps($widen(s));
@@ -246,10 +245,12 @@ macro_rules! packed_q3_k_kernel {
             let sc_lo = _mm256_mul_ps(d, sbytes8_ps(&b[16 + 16 * j..]));
             let sc_hi = _mm256_mul_ps(d, sbytes8_ps(&b[24 + 16 * j..]));
             let q = &b[144 + 96 * j..144 + 96 * j + 96];
-            let halves = match values {
-                Some(u) => two_bit_halves!($step, q, None, Some(&u[256 * i..256 * i + 256]), x, i),
-                None => two_bit_halves!($step, q, Some(load32(&q[64..])), None, x, i),
+            // Unpacked values carry their third bits; the panel's are read here.
+            let (third, u) = match values {
+                Some(u) => (None, Some(&u[256 * i..256 * i + 256])),
+                None => (Some(load32(&q[64..])), None),
             };
+            let halves = two_bit_halves!($step, q, third, u, x, i);
             for v in 0..V {
                 let xb = &x.blocks[v * x.nb + i];
                 let half = |h: usize| {
@@ -397,19 +398,6 @@ fn q6_step_vnni(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     add_mul_sum_us8_vnni(s, w, x)
 }
 
-/// Σ u8 × i8 of two neighbouring groups of four values per lane (`w0` against
-/// activations `at..at + 4`, `w1` against the next four) without VNNI, in 16 bits:
-/// each `vpmaddubsw` pair sum of 6-bit values is at most 2 × 63 × 127, so the two
-/// groups' 4 × 63 × 127 = 32004 fit.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn two_groups(w0: __m256i, w1: __m256i, qs: &[i8; QK], at: usize) -> __m256i {
-    _mm256_add_epi16(
-        _mm256_maddubs_epi16(w0, broadcast4(qs, at)),
-        _mm256_maddubs_epi16(w1, broadcast4(qs, at + 4)),
-    )
-}
-
 /// One block's Q6_K groups, unpacked: for each Q4_1 group `g` of the block's bytes
 /// `q`, the values it meets in the low half (`.0`) and in the high half (`.1`),
 /// each its four low bits with its two high bits added from their own bytes.
@@ -475,11 +463,12 @@ pub(super) fn packed_q6_k_vnni<const V: usize>(
 
 /// [`packed_q6_k_vnni`] without VNNI: each group's `vpmaddubsw` pair sums (at most
 /// 2 × 63 × 127, no saturation) add to the next group's in 16 bits
-/// ([`two_groups`]), and the two groups' sums meet their half's scale in the `vpmaddwd` that widens them (one for two groups, not one for each:
-/// the multiplier ports are what a long batch waits on), so a block keeps one
-/// integer sum a vector, scaled already, and
-/// the `32 ×` offset comes off it with one more `vpmaddwd` of the two halves'
-/// scales and the activations' half sums. The integer total is exact (at most
+/// ([`maddubs_pair`]: two groups' 4 × 63 × 127 = 32004 fit), and the two groups'
+/// sums meet their half's scale in the `vpmaddwd` that widens them (one for two
+/// groups, not one for each: the multiplier ports are what a long batch waits on).
+/// So a block keeps one integer sum a vector, scaled already, and the `32 ×` offset
+/// comes off it with one more `vpmaddwd` of the two halves' scales and the
+/// activations' half sums. The integer total is exact (at most
 /// 2 × 16 × 32 × 127 × 128 in size), the one [`packed_q6_k_vnni`] makes. With
 /// `UNPACKED`, each block's groups come ready from `values` (see
 /// [`unpack_q6_k_panel`]) instead of being unpacked from the panel's bits: the same
@@ -515,8 +504,9 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
                 (q6_k_group(q, g), q6_k_group(q, g + 1))
             };
             for v in 0..V {
-                let l = two_groups(wl0, wl1, xs[v], 4 * g);
-                let h = two_groups(wh0, wh1, xs[v], 16 + 4 * g);
+                let x = |at: usize| [broadcast4(xs[v], at), broadcast4(xs[v], at + 4)];
+                let l = maddubs_pair([wl0, wl1], x(4 * g));
+                let h = maddubs_pair([wh0, wh1], x(16 + 4 * g));
                 let scaled =
                     _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
                 sums[v] = _mm256_add_epi32(sums[v], scaled);

@@ -60,15 +60,21 @@ pub(super) fn q4_1_step_plain(s: __m256i, w: [__m256i; 4], x: [__m256i; 4]) -> _
 #[inline]
 #[target_feature(enable = "avx2")]
 fn pair_sums(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
-    let first = _mm256_add_epi16(
+    _mm256_add_epi16(
+        maddubs_pair([w[0], w[1]], [x[0], x[1]]),
+        maddubs_pair([w[2], w[3]], [x[2], x[3]]),
+    )
+}
+
+/// Two `vpmaddubsw` (u8 weights × i8 activations, pair sums per 16-bit word) added
+/// in 16 bits; each caller's bound on its values keeps the sum inside them.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn maddubs_pair(w: [__m256i; 2], x: [__m256i; 2]) -> __m256i {
+    _mm256_add_epi16(
         _mm256_maddubs_epi16(w[0], x[0]),
         _mm256_maddubs_epi16(w[1], x[1]),
-    );
-    let second = _mm256_add_epi16(
-        _mm256_maddubs_epi16(w[2], x[2]),
-        _mm256_maddubs_epi16(w[3], x[3]),
-    );
-    _mm256_add_epi16(first, second)
+    )
 }
 
 /// Widens a block's 16-bit sums from [`q4_1_step_plain`] to 32 bits.

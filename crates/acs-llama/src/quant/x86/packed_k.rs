@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use super::panel_steps::{
     broadcast4, half_sums_pair, maddubs_pair, nibble_group, nibble_sums, prefetch_share,
     prefetch_stride, q4_1_step_plain, q4_1_step_vnni, q4_1_widen_plain, q4_1_widen_vnni,
-    q5_step_plain, unpack_panel, unpacked_group,
+    q5_step_plain, step_done, unpack_panel, unpacked_group,
 };
 use super::*;
 use crate::cpu::x86::lanes;
@@ -193,6 +193,9 @@ macro_rules! two_bit_halves {
                 };
                 for (s, qs) in sums.iter_mut().zip(xs) {
                     *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
+                    if V > 1 {
+                    *s = step_done(*s);
+                }
                 }
             }
         }
@@ -447,6 +450,10 @@ pub(super) fn packed_q6_k_vnni<const V: usize>(
             for v in 0..V {
                 lo[v] = q6_step_vnni(lo[v], wl, broadcast4(xs[v], 4 * g));
                 hi[v] = q6_step_vnni(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
+                if V > 1 {
+                    lo[v] = step_done(lo[v]);
+                    hi[v] = step_done(hi[v]);
+                }
             }
         }
         for v in 0..V {
@@ -504,12 +511,21 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
                 (q6_k_group(q, g), q6_k_group(q, g + 1))
             };
             for v in 0..V {
-                let x = |at: usize| [broadcast4(xs[v], at), broadcast4(xs[v], at + 4)];
-                let l = maddubs_pair([wl0, wl1], x(4 * g));
-                let h = maddubs_pair([wh0, wh1], x(16 + 4 * g));
+                let (lo, hi) = (4 * g, 16 + 4 * g);
+                let l = maddubs_pair(
+                    [wl0, wl1],
+                    [broadcast4(xs[v], lo), broadcast4(xs[v], lo + 4)],
+                );
+                let h = maddubs_pair(
+                    [wh0, wh1],
+                    [broadcast4(xs[v], hi), broadcast4(xs[v], hi + 4)],
+                );
                 let scaled =
                     _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
                 sums[v] = _mm256_add_epi32(sums[v], scaled);
+                if V > 1 {
+                    sums[v] = step_done(sums[v]);
+                }
             }
         }
         for v in 0..V {

@@ -17,6 +17,32 @@ pub(super) fn broadcast4(qs: &[i8; QK], at: usize) -> __m256i {
     _mm256_set1_epi32(i32::from_le_bytes([b(0), b(1), b(2), b(3)]))
 }
 
+/// Marks where a vector's running sum is complete for one step, so that a block's
+/// steps run in the order the kernel writes them: a group's values against every
+/// vector of the tile, then the next group's, each group's values live only while
+/// its vectors use them. Left to itself, the compiler runs one vector's steps over
+/// all of a block's groups first and so keeps every group's values live at once:
+/// more registers than the 256-bit kernels have, spilled to the stack on every
+/// block. A tile of one vector has no such choice, and kernels call this only
+/// where `V > 1`.
+#[inline]
+#[target_feature(enable = "avx")]
+pub(super) fn step_done(mut s: __m256i) -> __m256i {
+    // SAFETY: the assembly is an empty comment. It names `s`'s register as read and
+    // written and leaves it as it is; it touches no memory, no stack and no flags
+    // (the options say so), so it has no effect on the program's state. As an
+    // `asm!` block without `pure`, it keeps its place among the others, and each
+    // waits for the step that makes its sum.
+    unsafe {
+        std::arch::asm!(
+            "/* {0} */",
+            inout(ymm_reg) s,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    s
+}
+
 /// An activation block's two half sums as the two 16-bit words of every 32-bit
 /// lane: what `vpmaddwd` meets a row's pair of half scales (or mins) with.
 #[inline]
@@ -129,6 +155,9 @@ macro_rules! nibble_sums {
                     broadcast4(qs, 20 + 4 * g),
                 ];
                 *s = $step(*s, [wl0, wh0, wl1, wh1], x);
+                if V > 1 {
+                    *s = step_done(*s);
+                }
             }
         }
         sums

@@ -79,8 +79,9 @@ packed_q4_1_kernel!(packed_q5_0_plain, "avx2,fma,f16c", q5_step_plain,
 /// The Q8_0 panels' kernel without VNNI, on values stored signed: each step
 /// multiplies |w| by the activations with w's signs (`vpmaddubsw` takes its
 /// unsigned operand first, and these pair sums, at most 2 × 128 × 127, cannot
-/// saturate) and widens at once (two of them could overflow 16 bits). The integer
-/// sums are exact, so results equal the VNNI kernel's.
+/// saturate) and widens at once (two of them could overflow 16 bits). A group's
+/// values meet every vector before the next group's are loaded ([`step_done`]).
+/// The integer sums are exact, so results equal the VNNI kernel's.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 8]; V] {
@@ -91,16 +92,22 @@ fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [
         let b = &panel[272 * i..272 * i + 272];
         prefetch_share(ahead, i, share);
         let d = _mm256_cvtph_ps(load16(b));
-        let w: [__m256i; 8] = std::array::from_fn(|g| load32(&b[16 + 32 * g..]));
-        let aw: [__m256i; 8] = std::array::from_fn(|g| _mm256_sign_epi8(w[g], w[g]));
-        for (v, acc) in acc.iter_mut().enumerate() {
-            let xb = &x.blocks[v * x.nb + i];
-            let mut p = _mm256_setzero_si256();
-            for g in 0..8 {
-                let sx = _mm256_sign_epi8(broadcast4(&xb.qs, 4 * g), w[g]);
-                let pairs = _mm256_maddubs_epi16(aw[g], sx);
-                p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, ones));
+        let mut p = [_mm256_setzero_si256(); V];
+        for g in 0..8 {
+            let w = load32(&b[16 + 32 * g..]);
+            let aw = _mm256_sign_epi8(w, w);
+            for (v, p) in p.iter_mut().enumerate() {
+                let xb = &x.blocks[v * x.nb + i];
+                let sx = _mm256_sign_epi8(broadcast4(&xb.qs, 4 * g), w);
+                let pairs = _mm256_maddubs_epi16(aw, sx);
+                *p = _mm256_add_epi32(*p, _mm256_madd_epi16(pairs, ones));
+                if V > 1 {
+                    *p = step_done(*p);
+                }
             }
+        }
+        for (v, (acc, &p)) in acc.iter_mut().zip(&p).enumerate() {
+            let xb = &x.blocks[v * x.nb + i];
             let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, *acc);
         }

@@ -101,9 +101,7 @@ fn packed_q8_0_plain<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [
                 let sx = _mm256_sign_epi8(broadcast4(&xb.qs, 4 * g), w);
                 let pairs = _mm256_maddubs_epi16(aw, sx);
                 *p = _mm256_add_epi32(*p, _mm256_madd_epi16(pairs, ones));
-                if V > 1 {
-                    *p = step_done(*p);
-                }
+                *p = step_done::<V>(*p);
             }
         }
         for (v, (acc, &p)) in acc.iter_mut().zip(&p).enumerate() {

@@ -193,9 +193,7 @@ macro_rules! two_bit_halves {
                 };
                 for (s, qs) in sums.iter_mut().zip(xs) {
                     *s = $step(*s, w, broadcast4(qs, 16 * h + 4 * f));
-                    if V > 1 {
-                    *s = step_done(*s);
-                }
+                    *s = step_done::<V>(*s);
                 }
             }
         }
@@ -450,10 +448,8 @@ pub(super) fn packed_q6_k_vnni<const V: usize>(
             for v in 0..V {
                 lo[v] = q6_step_vnni(lo[v], wl, broadcast4(xs[v], 4 * g));
                 hi[v] = q6_step_vnni(hi[v], wh, broadcast4(xs[v], 16 + 4 * g));
-                if V > 1 {
-                    lo[v] = step_done(lo[v]);
-                    hi[v] = step_done(hi[v]);
-                }
+                lo[v] = step_done::<V>(lo[v]);
+                hi[v] = step_done::<V>(hi[v]);
             }
         }
         for v in 0..V {
@@ -523,9 +519,7 @@ fn q6_k_plain<const V: usize, const UNPACKED: bool>(
                 let scaled =
                     _mm256_add_epi32(_mm256_madd_epi16(l, sc_lo), _mm256_madd_epi16(h, sc_hi));
                 sums[v] = _mm256_add_epi32(sums[v], scaled);
-                if V > 1 {
-                    sums[v] = step_done(sums[v]);
-                }
+                sums[v] = step_done::<V>(sums[v]);
             }
         }
         for v in 0..V {

@@ -23,11 +23,14 @@ pub(super) fn broadcast4(qs: &[i8; QK], at: usize) -> __m256i {
 /// its vectors use them. Left to itself, the compiler runs one vector's steps over
 /// all of a block's groups first and so keeps every group's values live at once:
 /// more registers than the 256-bit kernels have, spilled to the stack on every
-/// block. A tile of one vector has no such choice, and kernels call this only
-/// where `V > 1`.
+/// block. A tile of one vector (`V`, the calling kernel's) has no such choice and
+/// is left to the compiler.
 #[inline]
 #[target_feature(enable = "avx")]
-pub(super) fn step_done(mut s: __m256i) -> __m256i {
+pub(super) fn step_done<const V: usize>(mut s: __m256i) -> __m256i {
+    if V == 1 {
+        return s;
+    }
     // SAFETY: the assembly is an empty comment. It names `s`'s register as read and
     // written and leaves it as it is; it touches no memory, no stack and no flags
     // (the options say so), so it has no effect on the program's state. As an
@@ -155,9 +158,7 @@ macro_rules! nibble_sums {
                     broadcast4(qs, 20 + 4 * g),
                 ];
                 *s = $step(*s, [wl0, wh0, wl1, wh1], x);
-                if V > 1 {
-                    *s = step_done(*s);
-                }
+                *s = step_done::<V>(*s);
             }
         }
         sums

@@ -128,11 +128,16 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let mut pre = Vec::new();
     let mut dec1 = Vec::new();
     let mut dec8 = Vec::new();
+    let mut reads = Vec::new();
     let batch = a.batch.max(1);
     for _ in 0..a.repeat.max(1) {
         let (cache, first, secs) = prefill(&model, &ids);
         pre.push(a.prompt_tokens as f64 / secs);
         dec1.push(decode(&model, &mut [cache.clone()], first, a.decode_tokens));
+        // The read that bounds this decode, seconds after it: on a shared machine the
+        // memory's rate moves by a quarter from one minute to the next, so a decode
+        // is set against the read of its own minute.
+        reads.push(acs_llama::cpu::read_bandwidth());
         let mut several = vec![cache; batch];
         dec8.push(decode(&model, &mut several, first, a.decode_tokens));
     }
@@ -158,10 +163,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     }
     // One sequence's decode of a model larger than the caches reads every weight once
     // a token: its ceiling is the bandwidth the threads get from memory.
-    let (bw, bytes) = (
-        acs_llama::cpu::read_bandwidth(),
-        model.weight_bytes_per_token() as f64,
-    );
+    let (bw, bytes) = (median(reads), model.weight_bytes_per_token() as f64);
     println!(
         "memory    read {:5.1} GB/s ({threads} threads) | decode x1 reads {:5.1} GB/s of weights ({:.0}%; {:.0} MB a token)",
         bw / 1e9,

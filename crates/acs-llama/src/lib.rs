@@ -6,8 +6,9 @@
 //!   its chat template, rendered as `transformers` renders it;
 //! - [`arch`]: model families as GGUF describes them (config, tensor names and shapes,
 //!   where each family's layers depart from the common block);
-//! - [`model`]: the batched CPU forward pass and its KV cache; `weights`: its
-//!   weights, in the file or staged from a [`model::WeightSource`] block by block;
+//! - [`model`]: the batched CPU forward pass and its KV cache; `attention`: its
+//!   attention, shared out over the cores; `weights`: its weights, in the file or
+//!   staged from a [`model::WeightSource`] block by block;
 //! - [`quant`]: the weight formats, one file per family, and the matmuls over them;
 //! - [`cpu`]: instruction-set detection, the thread team, attention's f32 kernels;
 //! - `webgpu` (feature `webgpu`): the forward pass in WGSL compute shaders;
@@ -15,6 +16,7 @@
 //!   [`model_cache`]: where the default model is kept.
 
 pub mod arch;
+mod attention;
 pub mod chat_template;
 pub mod cpu;
 mod error;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 pub use crate::arch::KV_VALUE_BYTES;
 pub use crate::arch::{Activation, Family, ModelConfig, Recipe, RopeStyle, SlidingWindow};
 use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
+use crate::attention;
 use crate::chat_template::ChatTemplate;
 use crate::cpu::F32Ops;
 pub use crate::error::ModelError;
@@ -356,7 +357,18 @@ impl Model {
             };
             self.rotate_and_append(l, batch, layer_angles, &mut q, &mut k, &v);
             let caches: Vec<&KvCache> = batch.iter().map(|s| &*s.cache).collect();
-            self.attention(l, &q, &caches, &owner, &positions, &mut attn);
+            let layer = attention::Layer {
+                layer: l,
+                head_dim: c.head_dim,
+                n_kv_heads: c.n_kv_heads,
+                group: c.n_heads / c.n_kv_heads,
+                scale: c.attention_scale,
+                window: c.window(l),
+                caches: &caches,
+                owner: &owner,
+                positions: &positions,
+            };
+            attention::attend(ops, &layer, &q, &mut attn);
             quant::matmul_many(&mut [b.wo.job(staged, &mut proj)], qd, &attn, &mut qx)?;
             if let Some([post_attn, _]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_attn, c.rms_eps);
@@ -492,79 +504,6 @@ impl Model {
                 head[ib] = a * sin + b * cos;
             }
         }
-    }
-
-    /// Causal grouped-query attention of every new row against its sequence's cache,
-    /// one task per (row, key/value head) so that a single decoding sequence still
-    /// uses every core, and the query heads that share a key/value head read its
-    /// cache once from memory (and then from the core's caches) rather than each
-    /// from memory.
-    fn attention(
-        &self,
-        layer: usize,
-        q: &[f32],
-        caches: &[&KvCache],
-        owner: &[usize],
-        positions: &[usize],
-        out: &mut [f32],
-    ) {
-        let c = &self.config;
-        let (qd, hd, nkv) = (c.q_dim(), c.head_dim, c.n_kv_heads);
-        let group = c.n_heads / c.n_kv_heads;
-        let scale = c.attention_scale;
-        let window = c.window(layer);
-        let ops = F32Ops::detect();
-        crate::cpu::team::for_each_chunk_mut(out, group * hd, |i, heads| {
-            let (r, g) = (i / nkv, i % nkv);
-            let cache = caches[owner[r]];
-            let at = layer * nkv + g;
-            // The group's query heads lie side by side in the row.
-            let q = &q[r * qd + g * group * hd..r * qd + (g + 1) * group * hd];
-            // The positions this row sees: its own and those before it.
-            let n = positions[r] + 1;
-            let parts = cache.parts(at, n);
-            // Positions in several parts (a prompt shared with other choices, then
-            // this sequence's own): each part's scores go to their place in the rows,
-            // and each part's values add to the heads in position order, so the sums
-            // are the ones a single part gives, bit for bit. A cache of one part (no
-            // sharing) uses the rows as they are.
-            let mut scores = vec![0f32; group * n];
-            let mut part_rows = Vec::new();
-            if let [(keys, _, _)] = parts[..] {
-                ops.dots(q, group, keys, hd, &mut scores);
-            } else {
-                let mut start = 0;
-                for &(keys, _, len) in &parts {
-                    part_rows.resize(group * len, 0.0);
-                    ops.dots(q, group, keys, hd, &mut part_rows);
-                    for (row, part) in scores.chunks_exact_mut(n).zip(part_rows.chunks_exact(len)) {
-                        row[start..start + len].copy_from_slice(part);
-                    }
-                    start += len;
-                }
-            }
-            // A sliding-window layer sees the last `window` positions only: the
-            // earlier ones get no weight.
-            let first = window.map_or(0, |w| n.saturating_sub(w));
-            for row in scores.chunks_exact_mut(n) {
-                row[..first].fill(0.0);
-                ops.softmax(&mut row[first..], scale);
-            }
-            heads.fill(0.0);
-            if let [(_, values, _)] = parts[..] {
-                ops.weighted_sum(&scores, group, values, hd, heads);
-            } else {
-                let mut start = 0;
-                for &(_, values, len) in &parts {
-                    part_rows.clear();
-                    for row in scores.chunks_exact(n) {
-                        part_rows.extend_from_slice(&row[start..start + len]);
-                    }
-                    ops.weighted_sum(&part_rows, group, values, hd, heads);
-                    start += len;
-                }
-            }
-        });
     }
 }
 

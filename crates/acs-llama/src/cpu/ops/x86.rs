@@ -60,7 +60,8 @@ fn prefetch_position(h: &[f16], at: usize, hd: usize) {
     }
 }
 
-/// `$f::<G>(args)` for the number of query heads `G` (1 to 4) that `$heads` is.
+/// `$f::<G>(args)` (or `$f::<G, W>(args)`) for the number of query heads `G` (1 to
+/// 4) that `$heads` is.
 macro_rules! by_heads {
     ($heads:expr, $f:ident($($arg:expr),*)) => {
         match $heads {
@@ -68,6 +69,14 @@ macro_rules! by_heads {
             2 => $f::<2>($($arg),*),
             3 => $f::<3>($($arg),*),
             _ => $f::<4>($($arg),*),
+        }
+    };
+    ($heads:expr, $f:ident::<_, $w:literal>($($arg:expr),*)) => {
+        match $heads {
+            1 => $f::<1, $w>($($arg),*),
+            2 => $f::<2, $w>($($arg),*),
+            3 => $f::<3, $w>($($arg),*),
+            _ => $f::<4, $w>($($arg),*),
         }
     };
 }
@@ -92,29 +101,88 @@ pub(super) fn dots(
             if t.avx512() && hd == HEAD {
                 by_heads!(q.len() / HEAD, dots_512(q, keys, stride, scores))
             } else {
-                by_heads!(q.len() / hd, dots_impl(q, keys, (stride, hd), scores))
+                let heads = q.len() / hd;
+                match hd {
+                    64 => by_heads!(heads, dots_impl::<_, 64>(q, keys, (stride, hd), scores)),
+                    128 => by_heads!(heads, dots_impl::<_, 128>(q, keys, (stride, hd), scores)),
+                    256 => by_heads!(heads, dots_impl::<_, 256>(q, keys, (stride, hd), scores)),
+                    _ => by_heads!(heads, dots_impl::<_, 0>(q, keys, (stride, hd), scores)),
+                }
             }
         }
     }
 }
 
+/// `HD` is the head's width where it is one of the common ones (0 for another, given
+/// at run time): with the width a constant, the loops over a key unroll and lose
+/// their bounds checks, which otherwise outnumber the multiply-adds.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dots_impl<const G: usize>(
+fn dots_impl<const G: usize, const HD: usize>(
     q: &[f32],
     keys: &[f16],
     (stride, hd): (usize, usize),
     scores: &mut [f32],
 ) {
+    let hd = if HD > 0 { HD } else { hd };
     let n = scores.len() / G;
     let q: [&[f32]; G] = std::array::from_fn(|h| &q[h * hd..(h + 1) * hd]);
     let key = |t: usize| &keys[t * stride..t * stride + hd];
+    // One key `k` against the `G` query heads: per head, its products in eight lanes,
+    // the even chunks of eight values summed in one register and the odd ones in
+    // another, then the two added. The chunks go two at a time so that both sums stay
+    // in registers (sums indexed by `l % 2` would live on the stack, every
+    // multiply-add a load and a store). A macro, not a function or closure: LLVM
+    // leaves either a call per key, its sums passed back through memory.
+    macro_rules! position_sums {
+        ($k:expr) => {{
+            let k: &[f16] = $k;
+            assert_eq!(k.len(), hd, "a key of the head's width");
+            let chunks = hd / 8;
+            let (k, q) = (k.as_ptr(), q.map(<[f32]>::as_ptr));
+            let (mut even, mut odd) = ([_mm256_setzero_ps(); G], [_mm256_setzero_ps(); G]);
+            for pair in 0..chunks / 2 {
+                let l = 2 * pair;
+                // SAFETY: `l + 1 < chunks`, so the sixteen halves from `8 * l` lie
+                // within the key's `hd`; the loads are unaligned, and this function
+                // enables F16C.
+                let (k0, k1) = unsafe {
+                    let half8 = |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(k.add(at).cast()));
+                    (half8(8 * l), half8(8 * l + 8))
+                };
+                for h in 0..G {
+                    // SAFETY: as for the key, the sixteen floats from `8 * l` lie
+                    // within query head `h`'s `hd`.
+                    let (q0, q1) = unsafe {
+                        (
+                            _mm256_loadu_ps(q[h].add(8 * l)),
+                            _mm256_loadu_ps(q[h].add(8 * l + 8)),
+                        )
+                    };
+                    even[h] = _mm256_fmadd_ps(q0, k0, even[h]);
+                    odd[h] = _mm256_fmadd_ps(q1, k1, odd[h]);
+                }
+            }
+            if chunks % 2 == 1 {
+                let at = 8 * (chunks - 1);
+                // SAFETY: the last eight halves and floats of the key and the heads.
+                let kl = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(k.add(at).cast())) };
+                for h in 0..G {
+                    // SAFETY: as for the key.
+                    let ql = unsafe { _mm256_loadu_ps(q[h].add(at)) };
+                    even[h] = _mm256_fmadd_ps(ql, kl, even[h]);
+                }
+            }
+            let sums: [__m256; G] = std::array::from_fn(|h| _mm256_add_ps(even[h], odd[h]));
+            sums
+        }};
+    }
     prefetch_first(keys, n, stride, hd);
     let whole = n - n % 8;
     for t0 in (0..whole).step_by(8) {
         let mut eight = [[_mm256_setzero_ps(); 8]; G];
         for p in 0..8 {
             prefetch_position(keys, (t0 + p + AHEAD) * stride, hd);
-            let sums = position_sums(&q, key(t0 + p));
+            let sums = position_sums!(key(t0 + p));
             for (e, s) in eight.iter_mut().zip(sums) {
                 e[p] = s;
             }
@@ -129,37 +197,10 @@ fn dots_impl<const G: usize>(
     }
     for t in whole..n {
         prefetch_position(keys, (t + AHEAD) * stride, hd);
-        for (h, s) in position_sums(&q, key(t)).into_iter().enumerate() {
+        for (h, s) in position_sums!(key(t)).into_iter().enumerate() {
             scores[h * n + t] = hsum_ps(s);
         }
     }
-}
-
-/// One key `k` against `G` query heads: per head, its products in eight lanes, the
-/// even chunks of eight values summed in one register and the odd ones in another,
-/// then the two added. The chunks go two at a time so that both sums stay in
-/// registers: sums indexed by `l % 2` would live on the stack, every multiply-add
-/// a load and a store.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn position_sums<const G: usize>(q: &[&[f32]; G], k: &[f16]) -> [__m256; G] {
-    let chunks = k.len() / 8;
-    let (mut even, mut odd) = ([_mm256_setzero_ps(); G], [_mm256_setzero_ps(); G]);
-    for l in (0..chunks - chunks % 2).step_by(2) {
-        let (k0, k1) = (load8h(k, 8 * l), load8h(k, 8 * l + 8));
-        for h in 0..G {
-            even[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l..]), k0, even[h]);
-            odd[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l + 8..]), k1, odd[h]);
-        }
-    }
-    if chunks % 2 == 1 {
-        let l = chunks - 1;
-        let kl = load8h(k, 8 * l);
-        for h in 0..G {
-            even[h] = _mm256_fmadd_ps(load8f(&q[h][8 * l..]), kl, even[h]);
-        }
-    }
-    std::array::from_fn(|h| _mm256_add_ps(even[h], odd[h]))
 }
 
 /// Eight positions' lane sums reduced together, each as [`hsum_ps`] reduces one —
@@ -378,7 +419,7 @@ fn load16h(h: &[f16], at: usize) -> __m512 {
 
 /// One key against `G` query heads: per head, its 64 products in 16 lanes, lane
 /// `l` summing those of values `l`, `l + 16`, `l + 32`, `l + 48` in that order.
-/// Lanes 0–7 are [`position_sums`]'s even sum and lanes 8–15 its odd one,
+/// Lanes 0–7 are `dots_impl`'s's even sum and lanes 8–15 its odd one,
 /// bit for bit (the same multiply-adds in the same order).
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
@@ -394,7 +435,7 @@ fn key_sums<const G: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
 }
 
 /// Two keys' sums `a` and `b` (see [`key_sums`]) with lanes `l` and `l + 8`
-/// added: `[a₀..₈ | b₀..₈]`, each half what [`position_sums`] gives for one key.
+/// added: `[a₀..₈ | b₀..₈]`, each half what `dots_impl`'s gives for one key.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn fold_pair(a: __m512, b: __m512) -> __m512 {

@@ -15,6 +15,11 @@ const browser = await puppeteer.launch({
   browser: "firefox",
   executablePath: process.env.FIREFOX || "/usr/bin/firefox-esr",
   headless: true,
+  // A wait for a page's state is one protocol call that lasts as long as the wait, so
+  // the protocol's own limit (180 s by default) would cut every wait short of
+  // RUN_TIMEOUT: the first load compiles the threaded wasm package, which took longer
+  // than that on a 2-core machine running the Chromium tests beside it.
+  protocolTimeout: RUN_TIMEOUT + 60_000,
 });
 
 // Clicks "Load model" with the URL in the field and waits until it is loaded or

@@ -60,8 +60,7 @@ fn prefetch_position(h: &[f16], at: usize, hd: usize) {
     }
 }
 
-/// `$f::<G>(args)` (or `$f::<G, W>(args)`) for the number of query heads `G` (1 to
-/// 4) that `$heads` is.
+/// `$f::<G>(args)` for the number of query heads `G` (1 to 4) that `$heads` is.
 macro_rules! by_heads {
     ($heads:expr, $f:ident($($arg:expr),*)) => {
         match $heads {
@@ -69,14 +68,6 @@ macro_rules! by_heads {
             2 => $f::<2>($($arg),*),
             3 => $f::<3>($($arg),*),
             _ => $f::<4>($($arg),*),
-        }
-    };
-    ($heads:expr, $f:ident::<_, $w:literal>($($arg:expr),*)) => {
-        match $heads {
-            1 => $f::<1, $w>($($arg),*),
-            2 => $f::<2, $w>($($arg),*),
-            3 => $f::<3, $w>($($arg),*),
-            _ => $f::<4, $w>($($arg),*),
         }
     };
 }
@@ -101,29 +92,19 @@ pub(super) fn dots(
             if t.avx512() && hd == HEAD {
                 by_heads!(q.len() / HEAD, dots_512(q, keys, stride, scores))
             } else {
-                let heads = q.len() / hd;
-                match hd {
-                    64 => by_heads!(heads, dots_impl::<_, 64>(q, keys, (stride, hd), scores)),
-                    128 => by_heads!(heads, dots_impl::<_, 128>(q, keys, (stride, hd), scores)),
-                    256 => by_heads!(heads, dots_impl::<_, 256>(q, keys, (stride, hd), scores)),
-                    _ => by_heads!(heads, dots_impl::<_, 0>(q, keys, (stride, hd), scores)),
-                }
+                by_heads!(q.len() / hd, dots_impl(q, keys, (stride, hd), scores))
             }
         }
     }
 }
 
-/// `HD` is the head's width where it is one of the common ones (0 for another, given
-/// at run time): with the width a constant, the loops over a key unroll and lose
-/// their bounds checks, which otherwise outnumber the multiply-adds.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dots_impl<const G: usize, const HD: usize>(
+fn dots_impl<const G: usize>(
     q: &[f32],
     keys: &[f16],
     (stride, hd): (usize, usize),
     scores: &mut [f32],
 ) {
-    let hd = if HD > 0 { HD } else { hd };
     let n = scores.len() / G;
     let q: [&[f32]; G] = std::array::from_fn(|h| &q[h * hd..(h + 1) * hd]);
     let key = |t: usize| &keys[t * stride..t * stride + hd];
@@ -419,7 +400,7 @@ fn load16h(h: &[f16], at: usize) -> __m512 {
 
 /// One key against `G` query heads: per head, its 64 products in 16 lanes, lane
 /// `l` summing those of values `l`, `l + 16`, `l + 32`, `l + 48` in that order.
-/// Lanes 0–7 are `dots_impl`'s's even sum and lanes 8–15 its odd one,
+/// Lanes 0–7 are `dots_impl`'s even sum and lanes 8–15 its odd one,
 /// bit for bit (the same multiply-adds in the same order).
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
@@ -435,7 +416,7 @@ fn key_sums<const G: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
 }
 
 /// Two keys' sums `a` and `b` (see [`key_sums`]) with lanes `l` and `l + 8`
-/// added: `[a₀..₈ | b₀..₈]`, each half what `dots_impl`'s gives for one key.
+/// added: `[a₀..₈ | b₀..₈]`, each half what `dots_impl` sums for one key.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn fold_pair(a: __m512, b: __m512) -> __m512 {

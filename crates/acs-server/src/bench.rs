@@ -135,12 +135,10 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         pre.push(a.prompt_tokens as f64 / secs);
         // Room for every step, as the engine reserves it: a cache that grew by
         // doubling would copy the whole prompt's keys and values within the timed
-        // decode (at a 16k prompt, a quarter of its time). The decode of several
-        // sequences forks them from the one prefill, as a request's n choices share
-        // their prompt's positions.
+        // decode. The decode of several sequences forks them from the one prefill, as
+        // a request's n choices share their prompt's positions.
         let room = ids.len() + a.decode_tokens;
-        let mut one = cache.clone();
-        one.reserve(room);
+        let one = cache.copy_prefix(cache.len(), room);
         dec1.push(decode(&model, &mut [one], first, a.decode_tokens));
         let mut several: Vec<KvCache> = (0..batch).map(|_| cache.fork(room)).collect();
         dec8.push(decode(&model, &mut several, first, a.decode_tokens));

@@ -1,5 +1,6 @@
 //! Benchmarks of the CPU kernels: matmul throughput (GB/s of weights read and G MAC/s),
-//! a decode step's matmuls, the forward pass on the default model, attention's tasks.
+//! a decode step's matmuls, the forward pass on the default model, attention's tasks,
+//! and attention's kernels over one long context.
 //! `cargo bench -p acs-llama --bench quant` runs them all; name some to run only those:
 //! `cargo bench -p acs-llama --bench quant -- decode_step_matmuls attention_tasks`.
 //! Native only: the wasm kernels have their own (`crates/acs-web/tests/kernel_bench.rs`).
@@ -352,12 +353,65 @@ mod native {
         }
     }
 
+    /// One long context's attention kernels on one core, each call over a key/value
+    /// head's whole cache (`n × hd` halves, the same for keys and values), for
+    /// SmolLM2's three query heads of 64, Gemma 3's four of 256 and the widths
+    /// between: from L2 (128 KiB caches, as a prefill's attention reads them) and
+    /// from memory (64 MiB, as a decode's after a long prompt). GB/s of keys or
+    /// values read, medians of nine.
+    pub fn long_context_kernels() {
+        use acs_llama::cpu::F32Ops;
+        let ops = F32Ops::detect();
+        for (group, hd, n) in [
+            (3, 64, 1024),
+            (4, 256, 256),
+            (1, 64, 2048),
+            (2, 128, 512),
+            (3, 64, 1 << 19),
+            (4, 256, 1 << 17),
+        ] {
+            let xs: Vec<f32> = (0..n * hd).map(|j| (j as f32 * 0.013).sin()).collect();
+            let mut cache = Vec::new();
+            ops.append_halves(&xs, &mut cache);
+            let q: Vec<f32> = (0..group * hd).map(|j| (j as f32 * 0.03).cos()).collect();
+            let mut scores = vec![0f32; group * n];
+            let mut out = vec![0f32; group * hd];
+            let passes = ((64 << 20) / (2 * n * hd)).max(1);
+            let median = |f: &mut dyn FnMut()| {
+                let mut times: Vec<f64> = (0..9)
+                    .map(|_| {
+                        let t = Instant::now();
+                        for _ in 0..passes {
+                            f();
+                        }
+                        t.elapsed().as_secs_f64()
+                    })
+                    .collect();
+                times.sort_by(f64::total_cmp);
+                (2 * n * hd * passes) as f64 / times[4] / 1e9
+            };
+            let dots = median(&mut || ops.dots(&q, group, &cache, hd, &mut scores));
+            for row in scores.chunks_exact_mut(n) {
+                ops.softmax(row, 0.125);
+            }
+            let sums = median(&mut || {
+                ops.weighted_sum(&scores, group, &cache, hd, &mut out);
+                std::hint::black_box(&mut out);
+            });
+            println!(
+                "{group} query heads of {hd}, {n} positions: scores {dots:.1} GB/s, \
+                 weighted sums {sums:.1} GB/s"
+            );
+        }
+    }
+
     /// Each benchmark by the name that selects it.
-    const BENCHES: [(&str, fn()); 4] = [
+    const BENCHES: [(&str, fn()); 5] = [
         ("matmul_throughput", matmul_throughput),
         ("decode_step_matmuls", decode_step_matmuls),
         ("forward_best_of", forward_best_of),
         ("attention_tasks", attention_tasks),
+        ("long_context_kernels", long_context_kernels),
     ];
 
     /// Runs the benchmarks named on the command line, or all of them. Flags are skipped:

@@ -99,9 +99,13 @@ fn cache_halves_round_to_nearest_and_saturate() {
 #[test]
 fn dots_and_weighted_sums_read_halves() {
     // Llama's heads of 64 and the other families' (96, 128, 256), and one of 40.
-    for hd in [64, 40, 96, 128, 256] {
-        // 45 positions: a 256-wide head's weighted sums run in two blocks of positions.
-        let n = 45;
+    // 45 positions: a 256-wide head's weighted sums run in two blocks of positions,
+    // each pass of the first asking for the second's values; 300: every width's run
+    // in three blocks or more.
+    for (hd, n) in [64, 40, 96, 128, 256]
+        .into_iter()
+        .flat_map(|hd| [(hd, 45), (hd, 300)])
+    {
         let xs: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).sin() * 3.0).collect();
         let mut cache = Vec::new();
         F32Ops(Isa::Portable).append_halves(&xs, &mut cache);

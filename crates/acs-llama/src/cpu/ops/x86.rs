@@ -18,15 +18,6 @@ pub(super) fn serves(hd: usize) -> bool {
     hd > 0 && hd.is_multiple_of(8)
 }
 
-/// Eight half floats of `h` from `at` as f32.
-#[inline(always)]
-fn load8h(h: &[f16], at: usize) -> __m256 {
-    let h: &[f16; 8] = h[at..at + 8].try_into().expect("8 halves");
-    // SAFETY: `h` is 8 readable halves (16 bytes); the load is unaligned, and
-    // callers enable F16C.
-    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())) }
-}
-
 /// Positions ahead of the one computing whose keys or values are asked for.
 /// Each (sequence, key/value head) task streams a fresh stretch of the cache
 /// (20 KB at 160 positions), too short for the hardware prefetcher to get ahead
@@ -293,10 +284,11 @@ pub(super) fn weighted_sum(
     for (weights, out) in weights.chunks(4 * n).zip(out.chunks_mut(4 * hd)) {
         let g = out.len() / hd;
         // The most eight-value pieces per pass that the G × C accumulators leave
-        // registers for and that divide the head.
+        // registers for, beside the G weights and the values, and that divide the
+        // head: three heads of four pieces (twelve accumulators) spill.
         let most = match g {
             1 => 8,
-            2 | 3 => 4,
+            2 => 4,
             _ => 2,
         };
         let c = [8, 4, 2, 1]
@@ -306,8 +298,8 @@ pub(super) fn weighted_sum(
         let sv = (stride, hd);
         // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2,
         // FMA and F16C, and its `avx512` is set only when it found AVX-512 F too:
-        // the features of the kernel called. Both touch their slices through
-        // checked slicing only.
+        // the features of the kernel called. Each checks the bounds of what it
+        // reads and writes.
         unsafe {
             if t.avx512() && hd == HEAD {
                 by_heads!(g, weighted_sum_512(weights, values, stride, out))
@@ -320,7 +312,6 @@ pub(super) fn weighted_sum(
                     (2, 4) => weighted_sum_impl::<2, 4>(weights, values, sv, out),
                     (2, 2) => weighted_sum_impl::<2, 2>(weights, values, sv, out),
                     (2, _) => weighted_sum_impl::<2, 1>(weights, values, sv, out),
-                    (3, 4) => weighted_sum_impl::<3, 4>(weights, values, sv, out),
                     (3, 2) => weighted_sum_impl::<3, 2>(weights, values, sv, out),
                     (3, _) => weighted_sum_impl::<3, 1>(weights, values, sv, out),
                     (_, 2) => weighted_sum_impl::<4, 2>(weights, values, sv, out),
@@ -341,31 +332,82 @@ fn weighted_sum_impl<const G: usize, const C: usize>(
     out: &mut [f32],
 ) {
     let n = weights.len() / G;
+    assert!(
+        weights.len() == G * n && out.len() == G * hd && hd.is_multiple_of(8 * C),
+        "{G} heads of weights and outputs, {C} pieces of eight a pass"
+    );
+    if n == 0 {
+        return;
+    }
+    assert!(
+        (n - 1) * stride + hd <= values.len(),
+        "values too short for {n} positions"
+    );
     // Positions a block: the passes over a block's values find them in L1 (16 KiB
     // of halves), where passes over a long context's whole cache would each bring
     // it from L2 or memory again. Between blocks the sums wait in `out`, so each
     // output value is still one chain of multiply-adds in position order.
     let block = (8192 / stride.max(1)).max(8);
+    let (wp, vp) = (weights.as_ptr(), values.as_ptr());
+    // One pass's positions over the `8 * C` values from `$at`, as a macro so that
+    // each way of asking for values ahead is a loop of its own with no test inside:
+    // - `ahead`: the first block's first pass asks for whole positions [`AHEAD`]
+    //   ahead, as a short context's only block needs;
+    // - `next`: every pass asks for the lines of its own values in the next block's
+    //   positions, so that a long context's next block streams in while this one's
+    //   passes run, spread evenly over them (one line a position a pass, two for
+    //   passes of 64 values), as a core keeps only so many misses in flight.
+    macro_rules! pass {
+        ($acc:ident, $positions:expr, $at:expr, ahead: $ahead:expr, next: $next:expr) => {
+            for t in $positions {
+                if $ahead {
+                    prefetch_position(values, (t + AHEAD) * stride, hd);
+                }
+                if $next {
+                    for line in (0..8 * C).step_by(32) {
+                        // SAFETY: prefetching has no effect on memory; the loop
+                        // runs `next` only for `t + block < n`, whose values from
+                        // `$at` lie within `values` (the assertion above).
+                        unsafe {
+                            let p = vp.add((t + block) * stride + $at + line);
+                            _mm_prefetch::<_MM_HINT_T0>(p.cast());
+                        }
+                    }
+                }
+                // SAFETY: `t < n`, so `h * n + t < G * n`, the length of `weights`;
+                // and `t * stride + $at + 8 * C <= (n - 1) * stride + hd`, which the
+                // assertion above bounds by the length of `values`. The loads are
+                // unaligned, and this function enables F16C.
+                unsafe {
+                    let w: [__m256; G] =
+                        std::array::from_fn(|h| _mm256_broadcast_ss(&*wp.add(h * n + t)));
+                    let v = vp.add(t * stride + $at);
+                    for l in 0..C {
+                        let vl = _mm256_cvtph_ps(_mm_loadu_si128(v.add(8 * l).cast()));
+                        for (a, &wh) in $acc.iter_mut().zip(&w) {
+                            a[l] = _mm256_fmadd_ps(wh, vl, a[l]);
+                        }
+                    }
+                }
+            }
+        };
+    }
     prefetch_first(values, n, stride, hd);
     for first in (0..n).step_by(block) {
-        let positions = first..(first + block).min(n);
+        let end = (first + block).min(n);
+        // The positions whose next block's position `t + block` exists, then the rest.
+        let split = end.min(n.saturating_sub(block)).max(first);
         for pass in 0..hd / (8 * C) {
             let at = 8 * C * pass;
             let mut acc: [[__m256; C]; G] = std::array::from_fn(|h| {
                 std::array::from_fn(|l| load8f(&out[h * hd + at + 8 * l..]))
             });
-            for t in positions.clone() {
-                if pass == 0 {
-                    prefetch_position(values, (t + AHEAD) * stride, hd);
-                }
-                let v = &values[t * stride + at..t * stride + at + 8 * C];
-                let w: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(weights[h * n + t]));
-                for l in 0..C {
-                    let vl = load8h(v, 8 * l);
-                    for (a, &wh) in acc.iter_mut().zip(&w) {
-                        a[l] = _mm256_fmadd_ps(wh, vl, a[l]);
-                    }
-                }
+            if first == 0 && pass == 0 {
+                pass!(acc, first..split, at, ahead: true, next: true);
+                pass!(acc, split..end, at, ahead: true, next: false);
+            } else {
+                pass!(acc, first..split, at, ahead: false, next: true);
+                pass!(acc, split..end, at, ahead: false, next: false);
             }
             for (h, a) in acc.iter().enumerate() {
                 for (l, al) in a.iter().enumerate() {

@@ -35,13 +35,10 @@ impl F32Ops {
             heads > 0 && q.len() == heads * hd && scores.len() == heads * n,
             "{heads} heads of queries and scores"
         );
+        assert_holds(keys.len(), n, stride, hd, "keys");
         if n == 0 {
             return;
         }
-        assert!(
-            (n - 1) * stride + hd <= keys.len(),
-            "keys too short for {n} positions"
-        );
         #[cfg(target_arch = "x86_64")]
         if let Isa::Avx2(t) = self.0
             && x86::serves(hd)
@@ -90,13 +87,10 @@ impl F32Ops {
             heads > 0 && out.len() == heads * hd && weights.len() == heads * n,
             "{heads} heads of weights and outputs"
         );
+        assert_holds(values.len(), n, stride, hd, "values");
         if n == 0 {
             return;
         }
-        assert!(
-            (n - 1) * stride + hd <= values.len(),
-            "values too short for {n} positions"
-        );
         #[cfg(target_arch = "x86_64")]
         if let Isa::Avx2(t) = self.0
             && x86::serves(hd)
@@ -156,6 +150,15 @@ impl F32Ops {
         }
         geglu_lanes(gate, up);
     }
+}
+
+/// Panics unless a cache of `len` halves holds `n` positions `stride` apart, `hd`
+/// halves each: what the kernels' loads rely on.
+fn assert_holds(len: usize, n: usize, stride: usize, hd: usize, what: &str) {
+    assert!(
+        n == 0 || (n - 1) * stride + hd <= len,
+        "{what} too short for {n} positions"
+    );
 }
 
 /// The body of [`F32Ops::softmax`], inlined into each instruction set's copy.

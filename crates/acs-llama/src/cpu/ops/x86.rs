@@ -336,13 +336,10 @@ fn weighted_sum_impl<const G: usize, const C: usize>(
         weights.len() == G * n && out.len() == G * hd && hd.is_multiple_of(8 * C),
         "{G} heads of weights and outputs, {C} pieces of eight a pass"
     );
+    super::assert_holds(values.len(), n, stride, hd, "values");
     if n == 0 {
         return;
     }
-    assert!(
-        (n - 1) * stride + hd <= values.len(),
-        "values too short for {n} positions"
-    );
     // Positions a block: the passes over a block's values find them in L1 (16 KiB
     // of halves), where passes over a long context's whole cache would each bring
     // it from L2 or memory again. Between blocks the sums wait in `out`, so each

@@ -21,6 +21,7 @@ usage: LLAMA_BIN=DIR scripts/bench_scaling.py [--acs ACS] [--threads T]
 import argparse
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,19 +44,28 @@ def acs(args, path, prompt, batch):
 
 
 def llama_cpp(args, path, prompt, batches):
-    """llama.cpp's S_TG for each of `batches` sequences after a shared prompt."""
+    """llama.cpp's S_TG for each of `batches` sequences after a shared prompt, and
+    whether it took `--swa-full` to run."""
     batched = os.path.join(args.bin, "llama-batched-bench")
     ctx = prompt + max(batches) * DECODE + 64
-    text = run([batched, "-m", path, "-c", str(ctx), "-npp", str(prompt), "-ntg",
-                str(DECODE), "-npl", ",".join(map(str, batches)), "-pps", "-kvu", "-t",
-                str(args.threads)])
+    cmd = [batched, "-m", path, "-c", str(ctx), "-npp", str(prompt), "-ntg", str(DECODE),
+           "-npl", ",".join(map(str, batches)), "-pps", "-kvu", "-t", str(args.threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    swa_full = out.returncode != 0 and "failed to find a memory slot" in out.stderr
+    if swa_full:
+        # A model with sliding-window layers (Gemma 3) keeps only its windows'
+        # positions there, too few for several sequences sharing a long prompt;
+        # `--swa-full` keeps them all. It slows llama.cpp's prefill, not its decode.
+        out = subprocess.run(cmd + ["--swa-full"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     rates = {}
-    for line in text.splitlines():
+    for line in out.stdout.splitlines():
         cells = [c.strip() for c in line.split("|")]
         if len(cells) > 8 and cells[3].isdigit():
             rates[int(cells[3])] = float(cells[8])
-    return [rates[b] for b in batches]
+    return [rates[b] for b in batches], swa_full
 
 
 def cell(a, b):
@@ -83,14 +93,16 @@ def main():
             print(f"\n{name}: context\n\n| context | decode x1 | decode x8 |\n|---|---|---|")
             for d in contexts:
                 a = acs(args, path, d, 8)
-                ll = llama_cpp(args, path, d, [1, 8])
-                print(f"| {d} | {cell(a[0], ll[0])} | {cell(a[1], ll[1])} |", flush=True)
+                ll, full = llama_cpp(args, path, d, [1, 8])
+                mark = " (llama.cpp with `--swa-full`)" if full else ""
+                print(f"| {d}{mark} | {cell(a[0], ll[0])} | {cell(a[1], ll[1])} |", flush=True)
         if batches:
             print(f"\n{name}: sequences (128-token prompt)\n\n| sequences | decode |\n|---|---|")
-            ll = llama_cpp(args, path, 128, batches)
+            ll, full = llama_cpp(args, path, 128, batches)
+            mark = " (llama.cpp with `--swa-full`)" if full else ""
             for b, lb in zip(batches, ll):
                 a = acs(args, path, 128, b)
-                print(f"| {b} | {cell(a[0] if b == 1 else a[1], lb)} |", flush=True)
+                print(f"| {b}{mark} | {cell(a[0] if b == 1 else a[1], lb)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,20 @@ mod native {
     /// run is the one least disturbed by other processes on a shared machine). `packed`:
     /// through [`PackedMatrix`] panels, as the model runs them (the activations' rounding
     /// included), or `None` where this CPU has no panels for `ty`.
+    /// The median wall time, in seconds, of `runs` calls of `f`: on a shared machine the
+    /// middle run is steadier than any one.
+    fn median_secs(runs: usize, mut f: impl FnMut()) -> f64 {
+        let mut times: Vec<f64> = (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[runs / 2]
+    }
+
     fn bench(
         ty: GgmlType,
         rows: usize,
@@ -222,10 +236,8 @@ mod native {
                 .map(|&(rows, _)| vec![0f32; rows * batch])
                 .collect();
             let mut scratch = QuantizedActivations::default();
-            let mut times = Vec::new();
-            for _ in 0..7 {
-                let steps = 100;
-                let t = Instant::now();
+            let steps = 100;
+            let secs = median_secs(7, || {
                 acs_llama::session(|| {
                     for _ in 0..steps {
                         for b in 0..30 {
@@ -243,13 +255,11 @@ mod native {
                         }
                     }
                 });
-                times.push(t.elapsed().as_secs_f64() * 1e3 / steps as f64);
-            }
-            times.sort_by(f64::total_cmp);
+            });
             println!(
                 "decode step's Q4_1 matmuls, {} distinct blocks, {batch} vector(s): {:.2} ms (median of 7)",
                 blocks.len(),
-                times[3]
+                secs * 1e3 / steps as f64
             );
         }
     }
@@ -330,9 +340,7 @@ mod native {
                 .collect();
             let q: Vec<f32> = (0..group * hd).map(|j| (j as f32 * 0.03).cos()).collect();
             let mut out = vec![0f32; group * hd];
-            let mut times = Vec::new();
-            for _ in 0..9 {
-                let t = Instant::now();
+            let secs = median_secs(9, || {
                 for (k, v) in &caches {
                     let mut scores = vec![0f32; group * n];
                     ops.dots(&q, group, k, hd, &mut scores);
@@ -342,13 +350,11 @@ mod native {
                     out.fill(0.0);
                     ops.weighted_sum(&scores, group, v, hd, &mut out);
                 }
-                times.push(t.elapsed().as_secs_f64() * 1e6 / tasks as f64);
                 std::hint::black_box(&out);
-            }
-            times.sort_by(f64::total_cmp);
+            });
             println!(
                 "attention, {n} positions, {group} query heads a task: {:.2} us a task (median of 9)",
-                times[4]
+                secs * 1e6 / tasks as f64
             );
         }
     }
@@ -377,27 +383,21 @@ mod native {
             let mut scores = vec![0f32; group * n];
             let mut out = vec![0f32; group * hd];
             let passes = ((64 << 20) / (2 * n * hd)).max(1);
-            let median = |f: &mut dyn FnMut()| {
-                let mut times: Vec<f64> = (0..9)
-                    .map(|_| {
-                        let t = Instant::now();
-                        for _ in 0..passes {
-                            f();
-                        }
-                        t.elapsed().as_secs_f64()
-                    })
-                    .collect();
-                times.sort_by(f64::total_cmp);
-                (2 * n * hd * passes) as f64 / times[4] / 1e9
-            };
-            let dots = median(&mut || ops.dots(&q, group, &cache, hd, &mut scores));
+            let gb_s = |secs: f64| (2 * n * hd * passes) as f64 / secs / 1e9;
+            let dots = gb_s(median_secs(9, || {
+                for _ in 0..passes {
+                    ops.dots(&q, group, &cache, hd, &mut scores);
+                }
+            }));
             for row in scores.chunks_exact_mut(n) {
                 ops.softmax(row, 0.125);
             }
-            let sums = median(&mut || {
-                ops.weighted_sum(&scores, group, &cache, hd, &mut out);
-                std::hint::black_box(&mut out);
-            });
+            let sums = gb_s(median_secs(9, || {
+                for _ in 0..passes {
+                    ops.weighted_sum(&scores, group, &cache, hd, &mut out);
+                    std::hint::black_box(&mut out);
+                }
+            }));
             println!(
                 "{group} query heads of {hd}, {n} positions: scores {dots:.1} GB/s, \
                  weighted sums {sums:.1} GB/s"

@@ -56,12 +56,14 @@ def llama_cpp(args, path, prompt, batches):
         # A model with sliding-window layers (Gemma 3) keeps only its windows'
         # positions there, too few for several sequences sharing a long prompt;
         # `--swa-full` keeps them all. It slows llama.cpp's prefill, not its decode.
-        out = subprocess.run(cmd + ["--swa-full"], capture_output=True, text=True)
-    if out.returncode != 0:
+        text = run(cmd + ["--swa-full"])
+    elif out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    else:
+        text = out.stdout
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     rates = {}
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.split("|")]
         if len(cells) > 8 and cells[3].isdigit():
             rates[int(cells[3])] = float(cells[8])

@@ -14,6 +14,10 @@
 //! the plan, chosen from the step's shape and the team's size, never changes a bit of
 //! the result.
 //!
+//! Rows that read the same cache memory — a prompt's choices decoding side by side, a
+//! prefill's rows — run in gangs ([`gangs`]), each of which reads a shared stretch
+//! once for all its rows' query heads, with the same bits again.
+//!
 //! A sliding-window layer's row reads only the positions in its window: the ones
 //! before it get no weight, and adding their zero products leaves every sum as it is.
 
@@ -65,10 +69,12 @@ const STRETCH_MIN: usize = 64;
 const LINE_HALVES: usize = 32;
 
 /// How a step's attention is shared out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Plan {
     /// One task per (row, key/value head).
     Pairs,
+    /// One task per (gang of rows that read the same memory, key/value head).
+    Gangs(Vec<Vec<usize>>),
     /// Scores in `stretches` stretches of positions per pair, softmax per query head,
     /// weighted sums in `slices` slices of the head's width per pair.
     Split { stretches: usize, slices: usize },
@@ -110,6 +116,14 @@ impl Layer<'_> {
     pub(crate) fn plan(&self, threads: usize) -> Plan {
         let rows = self.positions.len();
         let pairs = rows * self.n_kv_heads;
+        // Gangs of two rows at least, as large as still gives each thread two tasks,
+        // where they give each thread one at least.
+        let most = pairs.div_ceil(2 * threads).clamp(2, gangs::MOST_ROWS);
+        if let Some(gangs) = self.gangs(most)
+            && gangs.len() * self.n_kv_heads >= threads
+        {
+            return Plan::Gangs(gangs);
+        }
         if threads < 2 || pairs >= PAIRS_A_THREAD * threads {
             return Plan::Pairs;
         }
@@ -148,6 +162,7 @@ impl Layer<'_> {
 pub(crate) fn attend(ops: F32Ops, layer: &Layer<'_>, q: &[f32], out: &mut [f32]) {
     match layer.plan(crate::cpu::team::threads()) {
         Plan::Pairs => by_pairs(ops, layer, q, out),
+        Plan::Gangs(gangs) => gangs::by_gangs(ops, layer, q, out, &gangs),
         Plan::Split { stretches, slices } => split(ops, layer, q, out, stretches, slices),
     }
 }
@@ -357,5 +372,6 @@ fn weighted_sums(
     }
 }
 
+mod gangs;
 #[cfg(test)]
 mod tests;

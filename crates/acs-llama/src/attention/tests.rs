@@ -136,6 +136,17 @@ fn check(case: &Case, seqs: &[Sequence], owner: &[usize], positions: &[usize]) {
     while hd.is_multiple_of(2 * most_slices * LINE_HALVES) {
         most_slices *= 2;
     }
+    for most in [2, 3, gangs::MOST_ROWS] {
+        if let Some(gangs) = l.gangs(most) {
+            let mut got = vec![f32::NAN; q.len()];
+            gangs::by_gangs(ops, &l, &q, &mut got, &gangs);
+            let same = got
+                .iter()
+                .zip(&pairs)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "gangs of {most} at most: not the pairs' bits");
+        }
+    }
     for stretches in [1, 2, 3, 7] {
         for slices in (0..).map(|i| 1 << i).take_while(|&s| s <= most_slices) {
             let mut got = vec![f32::NAN; q.len()];
@@ -209,6 +220,91 @@ fn both_plans_give_the_same_bits_and_the_attention() {
         let positions = [299, 260, 76, 0, 129, 130];
         check(case, &seqs, &owner, &positions);
     }
+}
+
+/// Branches of one prompt of `shared` positions, each with `own[i]` more positions
+/// (seeded by branch), as a request's choices.
+fn branches(nkv: usize, hd: usize, shared: usize, own: &[usize], salt: u64) -> Vec<Sequence> {
+    let mut prompt = sequence(nkv, hd, shared, 0, salt);
+    own.iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut seq = Sequence {
+                cache: prompt.cache.fork(shared + n),
+                keys: prompt.keys.clone(),
+                values: prompt.values.clone(),
+            };
+            append(&mut seq, nkv, hd, shared..shared + n, salt + 1 + i as u64);
+            seq
+        })
+        .collect()
+}
+
+#[test]
+fn choices_of_one_prompt_attend_in_gangs_with_the_same_bits() {
+    let cases = [
+        Case {
+            hd: 64,
+            nkv: 3,
+            group: 3,
+            window: None,
+        },
+        Case {
+            hd: 256,
+            nkv: 1,
+            group: 4,
+            window: Some(200),
+        },
+        Case {
+            hd: 128,
+            nkv: 2,
+            group: 4,
+            window: None,
+        },
+        Case {
+            hd: 20,
+            nkv: 2,
+            group: 2,
+            window: None,
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let (hd, nkv) = (case.hd, case.nkv);
+        // Five choices of a 600-position prompt (more than one stretch of the
+        // shared keys), each some tokens in, and two of another prompt.
+        let mut seqs = branches(nkv, hd, 600, &[1, 5, 5, 5, 12], i as u64);
+        seqs.extend(branches(nkv, hd, 40, &[3, 3], 50 + i as u64));
+        let owner: Vec<usize> = (0..seqs.len()).collect();
+        let positions: Vec<usize> = seqs.iter().map(|s| s.cache.len() - 1).collect();
+        let caches: Vec<&KvCache> = seqs.iter().map(|s| &s.cache).collect();
+        let l = Layer {
+            window: case.window,
+            ..layer(&caches, &owner, &positions, nkv, hd)
+        };
+        let gangs = l.gangs(16).expect("the choices share their prompts");
+        // Rows at the same position in each gang (a window starts with the row).
+        let want: Vec<Vec<usize>> = match case.window {
+            None => vec![vec![0, 1, 2, 3, 4], vec![5, 6]],
+            Some(_) => vec![vec![0], vec![1, 2, 3], vec![4], vec![5, 6]],
+        };
+        assert_eq!(gangs, want);
+        check(case, &seqs, &owner, &positions);
+    }
+}
+
+#[test]
+fn a_prefills_rows_attend_in_gangs() {
+    let case = Case {
+        hd: 64,
+        nkv: 2,
+        group: 3,
+        window: None,
+    };
+    let seqs = [sequence(2, 64, 400, 0, 3), sequence(2, 64, 350, 200, 4)];
+    // The last 40 rows of each sequence's prefill, in one step.
+    let owner: Vec<usize> = (0..80).map(|r| r / 40).collect();
+    let positions: Vec<usize> = (360..400).chain(310..350).collect();
+    check(&case, &seqs, &owner, &positions);
 }
 
 fn layer<'a>(

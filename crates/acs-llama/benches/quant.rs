@@ -364,7 +364,7 @@ mod native {
     /// SmolLM2's three query heads of 64, Gemma 3's four of 256 and the widths
     /// between: from L2 (128 KiB caches, as a prefill's attention reads them) and
     /// from memory (64 MiB, as a decode's after a long prompt). GB/s of keys or
-    /// values read, medians of nine.
+    /// values read, and the softmax's time a score, medians of nine.
     pub fn long_context_kernels() {
         use acs_llama::cpu::F32Ops;
         let ops = F32Ops::detect();
@@ -389,9 +389,14 @@ mod native {
                     ops.dots(&q, group, &cache, hd, &mut scores);
                 }
             }));
-            for row in scores.chunks_exact_mut(n) {
-                ops.softmax(row, 0.125);
-            }
+            let softmax_ns = median_secs(9, || {
+                for _ in 0..passes {
+                    for row in scores.chunks_exact_mut(n) {
+                        ops.softmax(row, 0.125);
+                    }
+                }
+            }) * 1e9
+                / (group * n * passes) as f64;
             let sums = gb_s(median_secs(9, || {
                 for _ in 0..passes {
                     ops.weighted_sum(&scores, group, &cache, hd, &mut out);
@@ -400,7 +405,7 @@ mod native {
             }));
             println!(
                 "{group} query heads of {hd}, {n} positions: scores {dots:.1} GB/s, \
-                 weighted sums {sums:.1} GB/s"
+                 softmax {softmax_ns:.2} ns a score, weighted sums {sums:.1} GB/s"
             );
         }
     }

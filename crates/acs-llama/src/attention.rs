@@ -119,7 +119,7 @@ impl Layer<'_> {
         // Gangs of two rows at least, as large as still gives each thread two tasks,
         // where they give each thread one at least.
         let most = pairs.div_ceil(2 * threads).clamp(2, gangs::MOST_ROWS);
-        if let Some(gangs) = self.gangs(most)
+        if let Some(gangs) = self.gangs(most, gangs::PREFILL_FROM)
             && gangs.len() * self.n_kv_heads >= threads
         {
             return Plan::Gangs(gangs);
@@ -171,17 +171,22 @@ pub(crate) fn attend(ops: F32Ops, layer: &Layer<'_>, q: &[f32], out: &mut [f32])
 fn by_pairs(ops: F32Ops, l: &Layer<'_>, q: &[f32], out: &mut [f32]) {
     let (hd, group, nkv) = (l.head_dim, l.group, l.n_kv_heads);
     for_each_chunk_mut(out, group * hd, |i, heads| {
-        let (r, g) = (i / nkv, i % nkv);
-        let span = l.span(r);
-        let parts = l.parts(r, g, span.clone());
-        let mut weights = vec![0f32; group * span.len()];
-        scores(ops, l.queries(q, r, g), group, &parts, hd, &mut weights);
-        for row in weights.chunks_exact_mut(span.len()) {
-            ops.softmax(row, l.scale);
-        }
-        heads.fill(0.0);
-        weighted_sums(ops, &weights, group, &parts, hd, 0, heads);
+        pair(ops, l, q, i / nkv, i % nkv, heads)
     });
+}
+
+/// Row `r`'s attention under key/value head `g`, into its `group` output heads.
+fn pair(ops: F32Ops, l: &Layer<'_>, q: &[f32], r: usize, g: usize, heads: &mut [f32]) {
+    let (hd, group) = (l.head_dim, l.group);
+    let span = l.span(r);
+    let parts = l.parts(r, g, span.clone());
+    let mut weights = vec![0f32; group * span.len()];
+    scores(ops, l.queries(q, r, g), group, &parts, hd, &mut weights);
+    for row in weights.chunks_exact_mut(span.len()) {
+        ops.softmax(row, l.scale);
+    }
+    heads.fill(0.0);
+    weighted_sums(ops, &weights, group, &parts, hd, 0, heads);
 }
 
 /// The three loops of [`Plan::Split`].

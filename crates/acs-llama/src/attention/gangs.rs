@@ -13,13 +13,23 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::{Layer, Part, scores, weighted_sums};
+use super::{Layer, Part, pair, scores, weighted_sums};
 use crate::cpu::F32Ops;
 use crate::cpu::team::for_each_chunk_mut;
 
 /// Rows at most in one gang: enough query heads to read each key and value once
 /// for many of them, and a bound on a task's weights (its rows' spans).
 pub(super) const MOST_ROWS: usize = 16;
+
+/// The fewest positions a prefill's rows (rows of one sequence) must each see before
+/// they run in gangs.
+/// Their gang reads the positions before its first row once, but gathers and
+/// scatters every score and weight, and each row's last few positions run alone;
+/// below this the shared reads save no more than that costs (`acs bench`'s prefill
+/// of 512 tokens ran 3-5% slower in gangs, of 1,024 and 2,048 the same, of 4,096
+/// 10% faster). A prompt's choices (rows of different sequences) share their whole
+/// prompt and gang at any length.
+pub(super) const PREFILL_FROM: usize = 2048;
 
 /// Bytes of halves in a stretch of shared keys or values: each is read from memory
 /// once and then from L1 by every four query heads of the gang.
@@ -28,9 +38,11 @@ const STRETCH_BYTES: usize = 16 << 10;
 impl Layer<'_> {
     /// The step's rows in gangs of at most `most`: rows whose spans begin with the
     /// same memory (the same first part, from the same position), in row order,
-    /// split as evenly as `most` allows; a row that shares with none is a gang of
-    /// one. `None` when no gang would have two rows.
-    pub(super) fn gangs(&self, most: usize) -> Option<Vec<Vec<usize>>> {
+    /// split as evenly as `most` allows. A row that shares with none is a gang of
+    /// one, and so is each row of a gang of a prefill's rows (some of one sequence)
+    /// where one of them sees fewer than `prefill_from` positions. `None` when no
+    /// gang has two rows.
+    pub(super) fn gangs(&self, most: usize, prefill_from: usize) -> Option<Vec<Vec<usize>>> {
         let mut by_start: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
         let mut order = Vec::new();
         for r in 0..self.positions.len() {
@@ -48,10 +60,8 @@ impl Layer<'_> {
                 })
                 .push(r);
         }
-        if by_start.values().all(|rows| rows.len() < 2) {
-            return None;
-        }
         let mut gangs = Vec::new();
+        let mut any = false;
         for key in order {
             let rows = &by_start[&key];
             let pieces = rows.len().div_ceil(most);
@@ -59,11 +69,29 @@ impl Layer<'_> {
             let mut rest = &rows[..];
             for i in 0..pieces {
                 let (gang, after) = rest.split_at(base + usize::from(i < rows.len() % pieces));
-                gangs.push(gang.to_vec());
                 rest = after;
+                if gang.len() > 1 && self.prefill_rows(gang) && self.shortest(gang) < prefill_from {
+                    gangs.extend(gang.iter().map(|&r| vec![r]));
+                } else {
+                    any |= gang.len() > 1;
+                    gangs.push(gang.to_vec());
+                }
             }
         }
-        Some(gangs)
+        any.then_some(gangs)
+    }
+
+    /// Whether some of `rows` are one sequence's (a prefill's rows).
+    fn prefill_rows(&self, rows: &[usize]) -> bool {
+        let mut owners: Vec<usize> = rows.iter().map(|&r| self.owner[r]).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners.len() < rows.len()
+    }
+
+    /// The fewest positions any of `rows` sees.
+    fn shortest(&self, rows: &[usize]) -> usize {
+        rows.iter().map(|&r| self.span(r).len()).min().unwrap_or(0)
     }
 }
 
@@ -97,7 +125,11 @@ pub(super) fn by_gangs(
     }
     for_each_chunk_mut(&mut tasks, 1, |_, task| {
         let Task { g, rows, outs } = &mut task[0];
-        gang(ops, l, q, rows, *g, outs);
+        match rows {
+            // A row alone reads its span in one pass, without a gang's gathers.
+            [r] => pair(ops, l, q, *r, *g, outs[0]),
+            _ => gang(ops, l, q, rows, *g, outs),
+        }
     });
 }
 
@@ -114,11 +146,10 @@ fn gang(ops: F32Ops, l: &Layer<'_>, q: &[f32], rows: &[usize], g: usize, outs: &
         .collect();
     let lens: Vec<usize> = rows.iter().map(|&r| l.span(r).len()).collect();
     let heads = rows.len() * group;
-    let qs: Vec<f32> = rows
-        .iter()
-        .flat_map(|&r| l.queries(q, r, g))
-        .copied()
-        .collect();
+    let mut qs = Vec::with_capacity(heads * hd);
+    for &r in rows {
+        qs.extend_from_slice(l.queries(q, r, g));
+    }
 
     // Each row's `group` rows of weights over its span: first the scores, the shared
     // positions' stretch by stretch for every head of the gang.
@@ -176,11 +207,10 @@ fn gang(ops: F32Ops, l: &Layer<'_>, q: &[f32], rows: &[usize], g: usize, outs: &
         let (n, m) = (lens[r], lens[r] - shared_len);
         let sums = &mut sums[r * group * hd..][..group * hd];
         if m > 0 {
-            let w: Vec<f32> = weights[r]
-                .chunks_exact(n)
-                .flat_map(|row| &row[shared_len..])
-                .copied()
-                .collect();
+            let mut w = Vec::with_capacity(group * m);
+            for row in weights[r].chunks_exact(n) {
+                w.extend_from_slice(&row[shared_len..]);
+            }
             weighted_sums(ops, &w, group, own, hd, 0, sums);
         }
         outs[r].copy_from_slice(sums);

@@ -137,7 +137,7 @@ fn check(case: &Case, seqs: &[Sequence], owner: &[usize], positions: &[usize]) {
         most_slices *= 2;
     }
     for most in [2, 3, gangs::MOST_ROWS] {
-        if let Some(gangs) = l.gangs(most) {
+        if let Some(gangs) = l.gangs(most, 0) {
             let mut got = vec![f32::NAN; q.len()];
             gangs::by_gangs(ops, &l, &q, &mut got, &gangs);
             let same = got
@@ -281,7 +281,9 @@ fn choices_of_one_prompt_attend_in_gangs_with_the_same_bits() {
             window: case.window,
             ..layer(&caches, &owner, &positions, nkv, hd)
         };
-        let gangs = l.gangs(16).expect("the choices share their prompts");
+        let gangs = l
+            .gangs(16, gangs::PREFILL_FROM)
+            .expect("the choices share their prompts");
         // Rows at the same position in each gang (a window starts with the row).
         let want: Vec<Vec<usize>> = match case.window {
             None => vec![vec![0, 1, 2, 3, 4], vec![5, 6]],
@@ -305,6 +307,21 @@ fn a_prefills_rows_attend_in_gangs() {
     let owner: Vec<usize> = (0..80).map(|r| r / 40).collect();
     let positions: Vec<usize> = (360..400).chain(310..350).collect();
     check(&case, &seqs, &owner, &positions);
+    // Such short spans run alone in a step; long ones (here 100 rows from position
+    // 3000 of one prefill) gang.
+    let caches: Vec<&KvCache> = seqs.iter().map(|s| &s.cache).collect();
+    let l = layer(&caches, &owner, &positions, 2, 64);
+    assert_eq!(l.gangs(16, gangs::PREFILL_FROM), None);
+    let long = sequence(1, 64, 3100, 0, 5);
+    let caches = [&long.cache];
+    let rows: Vec<usize> = (3000..3100).collect();
+    let owner = vec![0; rows.len()];
+    let l = layer(&caches, &owner, &rows, 1, 64);
+    let gangs = l
+        .gangs(16, gangs::PREFILL_FROM)
+        .expect("long prefill rows gang");
+    assert_eq!(gangs.len(), 7, "100 rows in gangs of 16 at most: {gangs:?}");
+    assert!(gangs.iter().all(|g| (14..=15).contains(&g.len())));
 }
 
 fn layer<'a>(

@@ -15,7 +15,7 @@
 //! the result.
 //!
 //! Rows that read the same cache memory — a prompt's choices decoding side by side, a
-//! prefill's rows — run in gangs ([`gangs`]), each of which reads a shared stretch
+//! long prefill's rows — run in gangs ([`gangs`]), each of which reads a shared stretch
 //! once for all its rows' query heads, with the same bits again.
 //!
 //! A sliding-window layer's row reads only the positions in its window: the ones

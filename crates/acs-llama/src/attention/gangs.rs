@@ -1,5 +1,5 @@
 //! Attention of rows that read the same cache memory, together: a prompt's choices
-//! decoding side by side (their caches share the prompt's positions), or a
+//! decoding side by side (their caches share the prompt's positions), or a long
 //! prefill's rows (each sees the positions before the first of them).
 //!
 //! Each row alone streams every shared key and value from memory once a step, so n

@@ -33,6 +33,21 @@ use crate::kv_cache::KvCache;
 /// many positions they hold.
 type Part<'a> = (&'a [f16], &'a [f16], usize);
 
+/// Positions `range` of `parts` (end to end, `hd` halves a position), as parts.
+fn cut<'a>(parts: &[Part<'a>], hd: usize, range: Range<usize>) -> Vec<Part<'a>> {
+    let mut start = 0;
+    let mut out = Vec::new();
+    for &(k, v, len) in parts {
+        let (a, b) = (range.start.max(start), range.end.min(start + len));
+        if a < b {
+            let (a, b) = ((a - start) * hd, (b - start) * hd);
+            out.push((&k[a..b], &v[a..b], (b - a) / hd));
+        }
+        start += len;
+    }
+    out
+}
+
 /// One layer's attention in a step: its heads and the rows' sequences.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Layer<'a> {
@@ -90,19 +105,9 @@ impl Layer<'_> {
     /// The cache of row `r` under key/value head `g`, over `range` of its positions,
     /// part by part.
     fn parts(&self, r: usize, g: usize, range: Range<usize>) -> Vec<Part<'_>> {
-        let hd = self.head_dim;
         let cache = self.caches[self.owner[r]];
-        let mut parts = Vec::new();
-        let mut start = 0;
-        for (k, v, len) in cache.parts(self.layer * self.n_kv_heads + g, range.end) {
-            let (a, b) = (range.start.max(start), range.end.min(start + len));
-            if a < b {
-                let (a, b) = ((a - start) * hd, (b - start) * hd);
-                parts.push((&k[a..b], &v[a..b], (b - a) / hd));
-            }
-            start += len;
-        }
-        parts
+        let all = cache.parts(self.layer * self.n_kv_heads + g, range.end);
+        cut(&all, self.head_dim, range)
     }
 
     /// Row `r`'s query heads that share key/value head `g`, side by side.

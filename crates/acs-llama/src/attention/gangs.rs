@@ -11,9 +11,8 @@
 //! every row's span, then its own), so ganging never changes a bit of the result.
 
 use std::collections::HashMap;
-use std::ops::Range;
 
-use super::{Layer, Part, pair, scores, weighted_sums};
+use super::{Layer, Part, cut, pair, scores, weighted_sums};
 use crate::cpu::F32Ops;
 use crate::cpu::team::for_each_chunk_mut;
 
@@ -236,21 +235,6 @@ fn shared_positions(parts: &[Vec<Part<'_>>]) -> usize {
         }
     }
     n
-}
-
-/// Positions `range` of `parts` (end to end, `hd` halves a position), as parts.
-fn cut<'a>(parts: &[Part<'a>], hd: usize, range: Range<usize>) -> Vec<Part<'a>> {
-    let mut start = 0;
-    let mut out = Vec::new();
-    for &(k, v, len) in parts {
-        let (a, b) = (range.start.max(start), range.end.min(start + len));
-        if a < b {
-            let (a, b) = ((a - start) * hd, (b - start) * hd);
-            out.push((&k[a..b], &v[a..b], (b - a) / hd));
-        }
-        start += len;
-    }
-    out
 }
 
 /// `parts` in stretches of at most `most` positions, in order.

@@ -99,6 +99,15 @@ struct Case {
     window: Option<usize>,
 }
 
+fn case(hd: usize, nkv: usize, group: usize, window: Option<usize>) -> Case {
+    Case {
+        hd,
+        nkv,
+        group,
+        window,
+    }
+}
+
 fn check(case: &Case, seqs: &[Sequence], owner: &[usize], positions: &[usize]) {
     let Case {
         hd,
@@ -166,43 +175,13 @@ fn check(case: &Case, seqs: &[Sequence], owner: &[usize], positions: &[usize]) {
 #[test]
 fn both_plans_give_the_same_bits_and_the_attention() {
     let cases = [
-        Case {
-            hd: 64,
-            nkv: 3,
-            group: 3,
-            window: None,
-        },
-        Case {
-            hd: 128,
-            nkv: 2,
-            group: 4,
-            window: None,
-        },
-        Case {
-            hd: 256,
-            nkv: 1,
-            group: 4,
-            window: Some(100),
-        },
-        Case {
-            hd: 96,
-            nkv: 2,
-            group: 2,
-            window: None,
-        },
-        Case {
-            hd: 64,
-            nkv: 1,
-            group: 1,
-            window: Some(1),
-        },
+        case(64, 3, 3, None),
+        case(128, 2, 4, None),
+        case(256, 1, 4, Some(100)),
+        case(96, 2, 2, None),
+        case(64, 1, 1, Some(1)),
         // Not a multiple of 8: the portable kernels.
-        Case {
-            hd: 20,
-            nkv: 2,
-            group: 2,
-            window: None,
-        },
+        case(20, 2, 2, None),
     ];
     for (i, case) in cases.iter().enumerate() {
         let (hd, nkv) = (case.hd, case.nkv);
@@ -243,30 +222,10 @@ fn branches(nkv: usize, hd: usize, shared: usize, own: &[usize], salt: u64) -> V
 #[test]
 fn choices_of_one_prompt_attend_in_gangs_with_the_same_bits() {
     let cases = [
-        Case {
-            hd: 64,
-            nkv: 3,
-            group: 3,
-            window: None,
-        },
-        Case {
-            hd: 256,
-            nkv: 1,
-            group: 4,
-            window: Some(200),
-        },
-        Case {
-            hd: 128,
-            nkv: 2,
-            group: 4,
-            window: None,
-        },
-        Case {
-            hd: 20,
-            nkv: 2,
-            group: 2,
-            window: None,
-        },
+        case(64, 3, 3, None),
+        case(256, 1, 4, Some(200)),
+        case(128, 2, 4, None),
+        case(20, 2, 2, None),
     ];
     for (i, case) in cases.iter().enumerate() {
         let (hd, nkv) = (case.hd, case.nkv);
@@ -296,12 +255,7 @@ fn choices_of_one_prompt_attend_in_gangs_with_the_same_bits() {
 
 #[test]
 fn a_prefills_rows_attend_in_gangs() {
-    let case = Case {
-        hd: 64,
-        nkv: 2,
-        group: 3,
-        window: None,
-    };
+    let case = case(64, 2, 3, None);
     let seqs = [sequence(2, 64, 400, 0, 3), sequence(2, 64, 350, 200, 4)];
     // The last 40 rows of each sequence's prefill, in one step.
     let owner: Vec<usize> = (0..80).map(|r| r / 40).collect();

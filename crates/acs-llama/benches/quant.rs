@@ -41,10 +41,6 @@ mod native {
         out
     }
 
-    /// Best GB/s of several timed runs of `iters` matmuls cycling through `mats` (the best
-    /// run is the one least disturbed by other processes on a shared machine). `packed`:
-    /// through [`PackedMatrix`] panels, as the model runs them (the activations' rounding
-    /// included), or `None` where this CPU has no panels for `ty`.
     /// The median wall time, in seconds, of `runs` calls of `f`: on a shared machine the
     /// middle run is steadier than any one.
     fn median_secs(runs: usize, mut f: impl FnMut()) -> f64 {
@@ -59,6 +55,10 @@ mod native {
         times[runs / 2]
     }
 
+    /// Best GB/s of several timed runs of `iters` matmuls cycling through `mats` (the best
+    /// run is the one least disturbed by other processes on a shared machine). `packed`:
+    /// through [`PackedMatrix`] panels, as the model runs them (the activations' rounding
+    /// included), or `None` where this CPU has no panels for `ty`.
     fn bench(
         ty: GgmlType,
         rows: usize,

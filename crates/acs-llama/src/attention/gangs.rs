@@ -21,13 +21,12 @@ use crate::cpu::team::for_each_chunk_mut;
 pub(super) const MOST_ROWS: usize = 16;
 
 /// The fewest positions a prefill's rows (rows of one sequence) must each see before
-/// they run in gangs.
-/// Their gang reads the positions before its first row once, but gathers and
-/// scatters every score and weight, and each row's last few positions run alone;
-/// below this the shared reads save no more than that costs (`acs bench`'s prefill
-/// of 512 tokens ran 3-5% slower in gangs, of 1,024 and 2,048 the same, of 4,096
-/// 10% faster). A prompt's choices (rows of different sequences) share their whole
-/// prompt and gang at any length.
+/// they run in gangs. Their gang reads the positions before its first row once, but
+/// gathers and scatters every score and weight, and each row's last few positions run
+/// alone: for a prefill's early rows, which share few positions, that costs more than
+/// the shared reads save (`docs/performance.md` has the prefills measured both ways).
+/// A prompt's choices (rows of different sequences) share their whole prompt and gang
+/// at any length.
 pub(super) const PREFILL_FROM: usize = 2048;
 
 /// Bytes of halves in a stretch of shared keys or values: each is read from memory

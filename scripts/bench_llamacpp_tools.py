@@ -31,10 +31,15 @@ import subprocess
 import sys
 
 
+def failed(cmd, out):
+    """Exits naming the command that failed, its exit status and its last words."""
+    sys.exit(f"{' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+
+
 def run(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+        failed(cmd, out)
     return out.stdout
 
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_llamacpp_tools import run  # noqa: E402
+from bench_llamacpp_tools import failed, run  # noqa: E402
 
 DECODE = 32
 
@@ -58,7 +58,7 @@ def llama_cpp(args, path, prompt, batches):
         # `--swa-full` keeps them all. It slows llama.cpp's prefill, not its decode.
         text = run(cmd + ["--swa-full"])
     elif out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+        failed(cmd, out)
     else:
         text = out.stdout
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |

@@ -23,8 +23,8 @@ use crate::cpu::F32Ops;
 /// The caches [`KvCache::fork`]ed from one another share the positions they had in
 /// common, read-only, instead of each holding a copy: a prompt's n choices hold its
 /// positions once, so n rollouts of a long prompt take about 1/n of the memory, and
-/// a step's attention reads the one copy once for all of them (the attention's
-/// gangs).
+/// a step's attention reads the one copy once for each gang of up to 16 of them
+/// (the attention's gangs), not once for each.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     /// The first positions, shared with other caches, oldest first.

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_512::packed_512;
+use super::packed_512::{packed_512, unpack_512};
 use super::packed_k::*;
 use super::panel_steps::*;
 use super::*;
@@ -190,6 +190,7 @@ pub(crate) fn packed_rows(
         // once. Each (row, vector) pair still sees one kernel call's operations in
         // order, so the chunks change no result.
         let chunk = (CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>())).max(8) / 8 * 8;
+        let mut unpacked = Vec::new();
         for first in (0..qx.count).step_by(chunk) {
             let vectors = first..(first + chunk).min(qx.count);
             for r0 in rows.clone().step_by(width) {
@@ -198,12 +199,21 @@ pub(crate) fn packed_rows(
                 // the matrix's last).
                 let next = (r0 / width + 1) * panel_bytes;
                 let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
+                // A chunk of more than one group of vectors unpacks the panel's values
+                // once for all its groups, where they take work to unpack.
+                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
+                // and BW (asserted above); the functions write only within the
+                // 64-byte pieces of `unpacked` they prove in bounds.
+                let unpacks = vectors.len() > 8
+                    && unsafe { unpack_512(pm.ty, this, next, nb, &mut unpacked) };
+                let values: &[u8] = if unpacks { &unpacked } else { &[] };
                 // The high eight rows of a last panel past the matrix's rows (zeros)
                 // are dropped.
                 let high = r0 + PANEL < rows.end;
                 for g in vectors.clone().step_by(8) {
-                    // The chunk's first group of vectors asks for all of the next panel.
-                    let ahead = if g == first { next } else { &[] };
+                    // The chunk's first group of vectors asks for all of the next panel,
+                    // unless the unpacking did.
+                    let ahead = if g == first && !unpacks { next } else { &[] };
                     let nv = (vectors.end - g).min(8);
                     let x = Xs {
                         blocks: &qx.blocks[g * nb..(g + nv) * nb],
@@ -223,7 +233,7 @@ pub(crate) fn packed_rows(
                     // SAFETY: `avx512` is set only when runtime detection found
                     // AVX-512 F, BW, VL and VNNI, on top of the AVX2, FMA and F16C
                     // every token proves (asserted above): what `group_512` needs.
-                    unsafe { group_512(pm.ty, this, ahead, x, nv, &mut emit) };
+                    unsafe { group_512(pm.ty, this, ahead, values, x, nv, &mut emit) };
                 }
             }
         }
@@ -324,7 +334,8 @@ pub(crate) fn packed_rows(
 }
 
 /// One 16-row panel of `layout` against `nv` vectors (`x`, at most eight), with the
-/// AVX-512 kernel of that count; its results to `emit`.
+/// AVX-512 kernel of that count (reading the panel's unpacked `values` where there
+/// are some); its results to `emit`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
@@ -332,6 +343,7 @@ unsafe fn group_512(
     layout: GgmlType,
     panel: &[u8],
     ahead: &[u8],
+    values: &[u8],
     x: Xs<'_>,
     nv: usize,
     emit: &mut impl FnMut(&[[f32; 16]]),
@@ -340,14 +352,14 @@ unsafe fn group_512(
     // through bounds-checked slicing.
     unsafe {
         match nv {
-            1 => emit(&packed_512::<1>(layout, panel, ahead, x)),
-            2 => emit(&packed_512::<2>(layout, panel, ahead, x)),
-            3 => emit(&packed_512::<3>(layout, panel, ahead, x)),
-            4 => emit(&packed_512::<4>(layout, panel, ahead, x)),
-            5 => emit(&packed_512::<5>(layout, panel, ahead, x)),
-            6 => emit(&packed_512::<6>(layout, panel, ahead, x)),
-            7 => emit(&packed_512::<7>(layout, panel, ahead, x)),
-            _ => emit(&packed_512::<8>(layout, panel, ahead, x)),
+            1 => emit(&packed_512::<1>(layout, panel, ahead, values, x)),
+            2 => emit(&packed_512::<2>(layout, panel, ahead, values, x)),
+            3 => emit(&packed_512::<3>(layout, panel, ahead, values, x)),
+            4 => emit(&packed_512::<4>(layout, panel, ahead, values, x)),
+            5 => emit(&packed_512::<5>(layout, panel, ahead, values, x)),
+            6 => emit(&packed_512::<6>(layout, panel, ahead, values, x)),
+            7 => emit(&packed_512::<7>(layout, panel, ahead, values, x)),
+            _ => emit(&packed_512::<8>(layout, panel, ahead, values, x)),
         }
     }
 }

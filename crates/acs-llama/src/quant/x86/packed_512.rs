@@ -289,11 +289,72 @@ fn sbytes16_ps(b: &[u8]) -> __m512 {
     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
 }
 
-/// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]).
+/// Group `g` (of four) of a 16-row Q6_K panel's block (`q`, its 384 bytes),
+/// unpacked: the values it meets in the block's low half and in its high half, each
+/// its four low bits with its two high bits in place.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn q6_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
+    let (mask, bits45) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
+    let wg = load64(&q[64 * g..]);
+    let hw = load64(&q[256 + 64 * (g / 2)..]);
+    // Group g's high bits sit at bits 0-1 (low half) and 2-3 (high half) of each
+    // byte for even g, at 4-5 and 6-7 for odd g; each moves to bits 4-5 with an
+    // immediate shift, the bytes' other bits masked off (what a shift carries
+    // across a byte lands outside bits 4-5).
+    let (hl, hh) = if g.is_multiple_of(2) {
+        (_mm512_slli_epi16::<4>(hw), _mm512_slli_epi16::<2>(hw))
+    } else {
+        (hw, _mm512_srli_epi16::<2>(hw))
+    };
+    // (low nibble) | (high bits): 0xEC is `(a & c) | b`.
+    let wl = _mm512_ternarylogic_epi32::<0xEC>(wg, _mm512_and_si512(hl, bits45), mask);
+    let wh = _mm512_ternarylogic_epi32::<0xEC>(
+        _mm512_srli_epi16::<4>(wg),
+        _mm512_and_si512(hh, bits45),
+        mask,
+    );
+    (wl, wh)
+}
+
+/// A 16-row Q6_K panel's values (`nb` blocks), unpacked once for the many groups of
+/// vectors of a prefill's chunk, where each group would unpack them again: for
+/// block `i`, group `g`'s low-half values at `512i + 64g` and its high-half values at
+/// `512i + 256 + 64g` (a byte a value). The next panel (`ahead`) is asked for as the
+/// blocks go, as the kernel asks for it.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn unpack_q6_k_512(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(512 * nb, 0);
+    let next = next_panel(panel, ahead);
+    for (i, o) in out.chunks_exact_mut(512).enumerate() {
+        let (sb, j) = (i / 8, i % 8);
+        prefetch_part(next, 3360 * sb + 420 * j, 420);
+        let q = &panel[3360 * sb + 288 + 384 * j..][..384];
+        let o: &mut [u8; 512] = o.try_into().expect("512 bytes");
+        for g in 0..4 {
+            let (wl, wh) = q6_k_group_512(q, g);
+            // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
+            // (at 64g and 256 + 64g, g < 4) lie inside it.
+            unsafe {
+                _mm512_storeu_si512(o[64 * g..].as_mut_ptr().cast(), wl);
+                _mm512_storeu_si512(o[256 + 64 * g..].as_mut_ptr().cast(), wh);
+            }
+        }
+    }
+}
+
+/// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]), its values
+/// unpacked from the panel's bits as it goes, or, `UNPACKED`, read from `values`
+/// (from [`unpack_q6_k_512`]): the same values, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
-    let (mask, bits45) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
+fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
+    panel: &[u8],
+    ahead: &[u8],
+    values: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 16]; V] {
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
@@ -305,37 +366,31 @@ fn packed_q6_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             let sc_lo = sbytes16_ps(&b[32 + 32 * j..]);
             let sc_hi = sbytes16_ps(&b[48 + 32 * j..]);
             let q = &b[288 + 384 * j..288 + 384 * j + 384];
+            let u = if UNPACKED {
+                &values[512 * i..][..512]
+            } else {
+                &[][..]
+            };
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            let mut lo = [_mm512_setzero_si512(); V];
-            let mut hi = [_mm512_setzero_si512(); V];
+            // Each half's sum starts from its offset, `-32 ×` the activations' sum,
+            // as the integers come out the same as taking it off at the end, one
+            // instruction fewer a half.
+            let off = |v: usize, k: usize| _mm512_set1_epi32(-32 * i32::from(xb[v].sums[k]));
+            let mut lo: [__m512i; V] = std::array::from_fn(|v| off(v, 0));
+            let mut hi: [__m512i; V] = std::array::from_fn(|v| off(v, 1));
             for g in 0..4 {
-                let wg = load64(&q[64 * g..]);
-                let hw = load64(&q[256 + 64 * (g / 2)..]);
-                // Group g's high bits sit at bits 0-1 (low half) and 2-3 (high half)
-                // of each byte for even g, at 4-5 and 6-7 for odd g; each moves to
-                // bits 4-5 with an immediate shift, the bytes' other bits masked off
-                // (what a shift carries across a byte lands outside bits 4-5).
-                let (hl, hh) = if g % 2 == 0 {
-                    (_mm512_slli_epi16::<4>(hw), _mm512_slli_epi16::<2>(hw))
+                let (wl, wh) = if UNPACKED {
+                    (load64(&u[64 * g..]), load64(&u[256 + 64 * g..]))
                 } else {
-                    (hw, _mm512_srli_epi16::<2>(hw))
+                    q6_k_group_512(q, g)
                 };
-                // (low nibble) | (high bits): 0xEC is `(a & c) | b`.
-                let wl = _mm512_ternarylogic_epi32::<0xEC>(wg, _mm512_and_si512(hl, bits45), mask);
-                let wh = _mm512_ternarylogic_epi32::<0xEC>(
-                    _mm512_srli_epi16::<4>(wg),
-                    _mm512_and_si512(hh, bits45),
-                    mask,
-                );
                 for v in 0..V {
                     lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
                     hi[v] = _mm512_dpbusd_epi32(hi[v], wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
                 }
             }
             for v in 0..V {
-                let off = |k: usize| _mm512_set1_epi32(32 * i32::from(xb[v].sums[k]));
-                let pl = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[v], off(0)));
-                let ph = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[v], off(1)));
+                let (pl, ph) = (_mm512_cvtepi32_ps(lo[v]), _mm512_cvtepi32_ps(hi[v]));
                 // The block's integer total, exact in f32 (see `packed_q6_k_vnni`).
                 let total = _mm512_fmadd_ps(pl, sc_lo, _mm512_mul_ps(ph, sc_hi));
                 let dx = _mm512_mul_ps(d, _mm512_set1_ps(xb[v].d));
@@ -451,7 +506,27 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
-/// The AVX-512 kernel of the format.
+/// Where a format's panels take work to unpack (Q6_K's), `panel`'s values unpacked
+/// into `out` once for the many groups of vectors of a prefill's chunk, as
+/// [`packed_512`] reads them; whether this format has them. (Q2_K's and Q3_K's
+/// values unpacked once measured no faster than unpacked as the kernels go.)
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn unpack_512(
+    layout: GgmlType,
+    panel: &[u8],
+    ahead: &[u8],
+    nb: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    if layout != GgmlType::Q6_K {
+        return false;
+    }
+    unpack_q6_k_512(panel, ahead, nb, out);
+    true
+}
+
+/// The AVX-512 kernel of the format; a Q6_K panel's values come from `values`
+/// where it holds them ([`unpack_512`]), as every other format ignores it.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
@@ -460,6 +535,7 @@ pub(super) unsafe fn packed_512<const V: usize>(
     layout: GgmlType,
     panel: &[u8],
     ahead: &[u8],
+    values: &[u8],
     x: Xs<'_>,
 ) -> [[f32; 16]; V] {
     // SAFETY: the caller guarantees the kernels' features.
@@ -470,7 +546,10 @@ pub(super) unsafe fn packed_512<const V: usize>(
             GgmlType::Q3_K => packed_q3_k_512::<V>(panel, ahead, x),
             GgmlType::Q4_K => packed_q4_k_512::<V, false>(panel, ahead, x),
             GgmlType::Q5_K => packed_q4_k_512::<V, true>(panel, ahead, x),
-            GgmlType::Q6_K => packed_q6_k_512::<V>(panel, ahead, x),
+            GgmlType::Q6_K if values.is_empty() => {
+                packed_q6_k_512::<V, false>(panel, ahead, values, x)
+            }
+            GgmlType::Q6_K => packed_q6_k_512::<V, true>(panel, ahead, values, x),
             GgmlType::Q4_0 => packed_q4_1_512::<V, false, 8>(panel, ahead, x),
             GgmlType::Q5_0 => packed_q4_1_512::<V, true, 16>(panel, ahead, x),
             GgmlType::Q5_1 => packed_q4_1_512::<V, true, 0>(panel, ahead, x),

@@ -244,12 +244,14 @@ fn bytes16_ps(b: &[u8]) -> __m512 {
 }
 
 /// [`packed_q4_k_vnni`] on a 16-row Q4_K panel (Q5_K's where `Q5`; see
-/// [`packed_q4_1_512`]).
+/// [`packed_q4_1_512`]), or, `UNPACKED`, on a Q5_K panel's values read from `values`
+/// ([`unpack_q5_k_512`]): the same values, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q4_k_512<const V: usize, const Q5: bool>(
+fn packed_q4_k_512<const V: usize, const Q5: bool, const UNPACKED: bool>(
     panel: &[u8],
     ahead: &[u8],
+    values: &[u8],
     x: Xs<'_>,
 ) -> [[f32; 16]; V] {
     // A sub-block's bytes (its nibbles, then Q5_K's fifth bits) and a super-block's.
@@ -268,8 +270,12 @@ fn packed_q4_k_512<const V: usize, const Q5: bool>(
             let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
             let q = &b[320 + sub * j..];
-            let high = if Q5 { Some(load64(&q[256..])) } else { None };
-            let sums = block_sums!(false, q, high, &xb);
+            let sums = if UNPACKED {
+                block_sums!(true, &values[512 * i..][..512], None, &xb)
+            } else {
+                let high = if Q5 { Some(load64(&q[256..])) } else { None };
+                block_sums!(false, q, high, &xb)
+            };
             for v in 0..V {
                 let p = _mm512_cvtepi32_ps(sums[v]);
                 acc[v] = _mm512_fmadd_ps(p, _mm512_mul_ps(sc, _mm512_set1_ps(xb[v].d)), acc[v]);
@@ -506,10 +512,43 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
-/// Where a format's panels take work to unpack (Q6_K's), `panel`'s values unpacked
-/// into `out` once for the many groups of vectors of a prefill's chunk, as
-/// [`packed_512`] reads them; whether this format has them. (Q2_K's and Q3_K's
-/// values unpacked once measured no faster than unpacked as the kernels go.)
+/// A 16-row Q5_K panel's values (`nb` blocks), unpacked once for the many groups of
+/// vectors of a prefill's chunk, as [`unpack_q6_k_512`] does Q6_K's: block `i`'s
+/// values `4g..4g + 4` at `512i + 64g`, `16 + 4g..` at `512i + 256 + 64g`, each its
+/// nibble with its fifth bit in place (what `block_sums!` reads with `$q8`).
+#[target_feature(enable = "avx512f,avx512bw")]
+fn unpack_q5_k_512(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(512 * nb, 0);
+    let next = next_panel(panel, ahead);
+    let mask = _mm512_set1_epi8(0xF);
+    for (i, o) in out.chunks_exact_mut(512).enumerate() {
+        let (sb, j) = (i / 8, i % 8);
+        prefetch_part(next, 2880 * sb + 360 * j, 360);
+        let q = &panel[2880 * sb + 320 + 320 * j..][..320];
+        let high = load64(&q[256..]);
+        let o: &mut [u8; 512] = o.try_into().expect("512 bytes");
+        for g in 0..4 {
+            let wg = load64(&q[64 * g..]);
+            let wl = _mm512_and_si512(wg, mask);
+            let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
+            let wl = _mm512_or_si512(wl, fifth_bit_512(high, 2 * g as u32));
+            let wh = _mm512_or_si512(wh, fifth_bit_512(high, 2 * g as u32 + 1));
+            // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
+            // (at 64g and 256 + 64g, g < 4) lie inside it.
+            unsafe {
+                _mm512_storeu_si512(o[64 * g..].as_mut_ptr().cast(), wl);
+                _mm512_storeu_si512(o[256 + 64 * g..].as_mut_ptr().cast(), wh);
+            }
+        }
+    }
+}
+
+/// Where a format's panels take work to unpack (Q5_K's fifth bits, Q6_K's high
+/// bits), `panel`'s values unpacked into `out` once for the many groups of vectors
+/// of a prefill's chunk, as [`packed_512`] reads them; whether this format has them.
+/// (Q2_K's and Q3_K's values unpacked once measured no faster than unpacked as the
+/// kernels go.)
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) fn unpack_512(
     layout: GgmlType,
@@ -518,15 +557,16 @@ pub(super) fn unpack_512(
     nb: usize,
     out: &mut Vec<u8>,
 ) -> bool {
-    if layout != GgmlType::Q6_K {
-        return false;
+    match layout {
+        GgmlType::Q6_K => unpack_q6_k_512(panel, ahead, nb, out),
+        GgmlType::Q5_K => unpack_q5_k_512(panel, ahead, nb, out),
+        _ => return false,
     }
-    unpack_q6_k_512(panel, ahead, nb, out);
     true
 }
 
-/// The AVX-512 kernel of the format; a Q6_K panel's values come from `values`
-/// where it holds them ([`unpack_512`]), as every other format ignores it.
+/// The AVX-512 kernel of the format; a Q5_K or Q6_K panel's values come from
+/// `values` where it holds them ([`unpack_512`]), as every other format ignores it.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
@@ -544,8 +584,11 @@ pub(super) unsafe fn packed_512<const V: usize>(
             GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
             GgmlType::Q2_K => packed_q2_k_512::<V>(panel, ahead, x),
             GgmlType::Q3_K => packed_q3_k_512::<V>(panel, ahead, x),
-            GgmlType::Q4_K => packed_q4_k_512::<V, false>(panel, ahead, x),
-            GgmlType::Q5_K => packed_q4_k_512::<V, true>(panel, ahead, x),
+            GgmlType::Q4_K => packed_q4_k_512::<V, false, false>(panel, ahead, values, x),
+            GgmlType::Q5_K if values.is_empty() => {
+                packed_q4_k_512::<V, true, false>(panel, ahead, values, x)
+            }
+            GgmlType::Q5_K => packed_q4_k_512::<V, true, true>(panel, ahead, values, x),
             GgmlType::Q6_K if values.is_empty() => {
                 packed_q6_k_512::<V, false>(panel, ahead, values, x)
             }

@@ -176,10 +176,11 @@ fn dots_and_weighted_sums_read_halves() {
     }
 }
 
-/// The AVX-512 attention kernels give the 256-bit ones' bits, for 1 to 5 query
-/// heads and position counts around their groups of eight keys, with positions
-/// further apart than one head (a stride of 80 values) and a nonzero output to
-/// add to.
+/// The AVX-512 attention kernels give the 256-bit ones' bits, for heads of every
+/// width they take (64, 96, 128 and 256 values), 1 to 5 query heads and position
+/// counts around their groups of eight keys (and, for the wider heads, past one
+/// block of the weighted sums' positions), with positions further apart than one
+/// head and a nonzero output to add to.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn wide_attention_matches_narrow_attention_exactly() {
@@ -187,9 +188,11 @@ fn wide_attention_matches_narrow_attention_exactly() {
         return;
     };
     let (wide, narrow) = (F32Ops(Isa::Avx2(t)), F32Ops(Isa::Avx2(t.without_avx512())));
-    let hd = 64;
-    for stride in [hd, 80] {
-        for n in [1, 7, 8, 9, 16, 23, 40] {
+    let shapes = [64, 96, 128, 256]
+        .into_iter()
+        .flat_map(|hd| [(hd, hd), (hd, hd + 16)]);
+    for (hd, stride) in shapes {
+        for n in [1, 7, 8, 9, 16, 23, 40, 70] {
             let mut cache = Vec::new();
             F32Ops(Isa::Portable).append_halves(&values(21, n * stride), &mut cache);
             for heads in 1..=5 {
@@ -205,7 +208,7 @@ fn wide_attention_matches_narrow_attention_exactly() {
                 assert_eq!(
                     run(wide),
                     run(narrow),
-                    "stride {stride}, {n} keys, {heads} heads"
+                    "heads of {hd}, stride {stride}, {n} keys, {heads} heads"
                 );
             }
         }

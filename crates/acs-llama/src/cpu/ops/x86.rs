@@ -1,7 +1,8 @@
 //! The AVX2 and AVX-512 kernels of [`F32Ops`](super::F32Ops): heads of half floats
-//! read once for up to four query heads that share them. Heads of [`HEAD`] values
-//! take the 512-bit kernels where the CPU has them; other widths (a multiple of 8:
-//! Phi-3's 96, Qwen3's and Llama 3 8B's 128, Gemma 3's 256) the 256-bit ones.
+//! read once for up to four query heads that share them. Where the CPU has AVX-512,
+//! heads of [`HEAD`] values take the 512-bit scores, and heads of 64, 128 or 256
+//! values (Llama's, Qwen3's and Llama 3 8B's, Gemma 3's) the 512-bit weighted sums;
+//! other widths (a multiple of 8, as Phi-3's 96) the 256-bit ones.
 
 use std::arch::x86_64::*;
 
@@ -9,9 +10,15 @@ use half::f16;
 
 use crate::cpu::x86::{Avx2Token, hsum_ps, load8f};
 
-/// The head width the 512-bit attention kernels are unrolled for (most small Llama
-/// models').
+/// The head width the 512-bit scores are unrolled for (most small Llama models').
+/// Wider heads' scores take the 256-bit kernel: the 512-bit one at 128 values ran
+/// faster from the caches but slower streaming a long context from memory, one
+/// sequence's decode (docs/performance.md, 2026-12-07, afternoon).
 pub(super) const HEAD: usize = 64;
+
+/// The values of a pass of the 512-bit weighted sums: four registers a head, so that
+/// four heads' sums stay in registers.
+const PASS: usize = 64;
 
 /// Whether the kernels here serve heads `hd` wide.
 pub(super) fn serves(hd: usize) -> bool {
@@ -301,8 +308,23 @@ pub(super) fn weighted_sum(
         // the features of the kernel called. Each checks the bounds of what it
         // reads and writes.
         unsafe {
-            if t.avx512() && hd == HEAD {
-                by_heads!(g, weighted_sum_512(weights, values, stride, out))
+            if t.avx512() && matches!(hd / PASS, 1 | 2 | 4) && hd.is_multiple_of(PASS) {
+                // `weighted_sum_512::<G, P>` for `g` heads of `P` passes.
+                macro_rules! passes {
+                    ($p:literal) => {
+                        match g {
+                            1 => weighted_sum_512::<1, $p>(weights, values, stride, out),
+                            2 => weighted_sum_512::<2, $p>(weights, values, stride, out),
+                            3 => weighted_sum_512::<3, $p>(weights, values, stride, out),
+                            _ => weighted_sum_512::<4, $p>(weights, values, stride, out),
+                        }
+                    };
+                }
+                match hd / PASS {
+                    1 => passes!(1),
+                    2 => passes!(2),
+                    _ => passes!(4),
+                }
             } else {
                 match (g, c) {
                     (1, 8) => weighted_sum_impl::<1, 8>(weights, values, sv, out),
@@ -533,38 +555,61 @@ fn dots_512<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut
     }
 }
 
-/// [`weighted_sum_impl`] in 512-bit registers, the same bits (each output value
-/// the same chain of multiply-adds): a position's 64 values are four registers,
-/// and every head's whole output stays in registers for one pass.
+/// [`weighted_sum_impl`] in 512-bit registers for heads of `P` passes of [`PASS`]
+/// values, the same bits (each output value the same chain of multiply-adds): a
+/// position's values are four registers a pass, and every head's pass stays in
+/// registers. A wider head runs its passes over a block of positions whose values
+/// stay in L1 (16 KiB of halves) from one pass to the next, as [`weighted_sum_impl`]
+/// does; between blocks the sums wait in `out`.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn weighted_sum_512<const G: usize>(
+fn weighted_sum_512<const G: usize, const P: usize>(
     weights: &[f32],
     values: &[f16],
     stride: usize,
     out: &mut [f32],
 ) {
+    let hd = P * PASS;
     let n = weights.len() / G;
-    prefetch_first(values, n, stride, HEAD);
-    let mut acc: [[__m512; 4]; G] =
-        std::array::from_fn(|h| std::array::from_fn(|c| load16f(out, h * HEAD + 16 * c)));
-    for t in 0..n {
-        prefetch_position(values, (t + AHEAD) * stride, HEAD);
-        let v = &values[t * stride..t * stride + HEAD];
-        let v: [__m512; 4] = std::array::from_fn(|c| load16h(v, 16 * c));
-        for (h, a) in acc.iter_mut().enumerate() {
-            let w = _mm512_set1_ps(weights[h * n + t]);
-            for (a, &v) in a.iter_mut().zip(&v) {
-                *a = _mm512_fmadd_ps(w, v, *a);
+    let block = if P == 1 {
+        n.max(1)
+    } else {
+        (8192 / stride.max(1)).max(8)
+    };
+    prefetch_first(values, n, stride, hd);
+    for first in (0..n).step_by(block) {
+        let end = (first + block).min(n);
+        for at in (0..hd).step_by(PASS) {
+            let mut acc: [[__m512; 4]; G] = std::array::from_fn(|h| {
+                std::array::from_fn(|c| load16f(out, h * hd + at + 16 * c))
+            });
+            for t in first..end {
+                if P == 1 || first + at == 0 {
+                    prefetch_position(values, (t + AHEAD) * stride, hd);
+                }
+                if P > 1 {
+                    // Each pass asks for its own values of the next block's
+                    // positions, so that a long context's next block streams in
+                    // while this one's passes run.
+                    prefetch_position(values, (t + block) * stride + at, PASS);
+                }
+                let v = &values[t * stride + at..][..PASS];
+                let v: [__m512; 4] = std::array::from_fn(|c| load16h(v, 16 * c));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(weights[h * n + t]);
+                    for (a, &v) in a.iter_mut().zip(&v) {
+                        *a = _mm512_fmadd_ps(w, v, *a);
+                    }
+                }
             }
-        }
-    }
-    for (h, a) in acc.iter().enumerate() {
-        for (c, &a) in a.iter().enumerate() {
-            let o: &mut [f32; 16] = (&mut out[h * HEAD + 16 * c..][..16])
-                .try_into()
-                .expect("16 floats");
-            // SAFETY: `o` is 16 writable floats; the store is unaligned.
-            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+            for (h, a) in acc.iter().enumerate() {
+                for (c, &a) in a.iter().enumerate() {
+                    let o: &mut [f32; 16] = (&mut out[h * hd + at + 16 * c..][..16])
+                        .try_into()
+                        .expect("16 floats");
+                    // SAFETY: `o` is 16 writable floats; the store is unaligned.
+                    unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+                }
+            }
         }
     }
 }

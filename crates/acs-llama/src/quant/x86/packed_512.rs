@@ -245,7 +245,7 @@ fn bytes16_ps(b: &[u8]) -> __m512 {
 
 /// [`packed_q4_k_vnni`] on a 16-row Q4_K panel (Q5_K's where `Q5`; see
 /// [`packed_q4_1_512`]), or, `UNPACKED`, on a Q5_K panel's values read from `values`
-/// ([`unpack_q5_k_512`]): the same values, so the same bits.
+/// ([`unpack_512`]): the same values, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn packed_q4_k_512<const V: usize, const Q5: bool, const UNPACKED: bool>(
@@ -323,23 +323,31 @@ fn q6_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
     (wl, wh)
 }
 
-/// A 16-row Q6_K panel's values (`nb` blocks), unpacked once for the many groups of
-/// vectors of a prefill's chunk, where each group would unpack them again: for
-/// block `i`, group `g`'s low-half values at `512i + 64g` and its high-half values at
-/// `512i + 256 + 64g` (a byte a value). The next panel (`ahead`) is asked for as the
-/// blocks go, as the kernel asks for it.
-#[target_feature(enable = "avx512f,avx512bw")]
-fn unpack_q6_k_512(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
+/// Fills `out` with a 16-row panel's values (`nb` blocks, super-blocks of `sb_bytes`
+/// bytes), unpacked once for the many groups of vectors of a prefill's chunk, where
+/// each group would unpack them again: block `i`'s group `g` (of four) from
+/// `group(super-block, j, g)` for its block `j` of the super-block, the values it
+/// meets in the block's low half at `512i + 64g` and in its high half at
+/// `512i + 256 + 64g`, a byte a value (where `block_sums!` with `$q8` reads them).
+/// The next panel (`ahead`) is asked for as the blocks go, as the kernels ask for it.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn unpack_panel_512(
+    (panel, ahead): (&[u8], &[u8]),
+    (nb, sb_bytes): (usize, usize),
+    out: &mut Vec<u8>,
+    group: impl Fn(&[u8], usize, usize) -> (__m512i, __m512i),
+) {
     out.clear();
     out.resize(512 * nb, 0);
     let next = next_panel(panel, ahead);
     for (i, o) in out.chunks_exact_mut(512).enumerate() {
         let (sb, j) = (i / 8, i % 8);
-        prefetch_part(next, 3360 * sb + 420 * j, 420);
-        let q = &panel[3360 * sb + 288 + 384 * j..][..384];
+        prefetch_part(next, sb_bytes * sb + sb_bytes / 8 * j, sb_bytes / 8);
+        let b = &panel[sb_bytes * sb..][..sb_bytes];
         let o: &mut [u8; 512] = o.try_into().expect("512 bytes");
         for g in 0..4 {
-            let (wl, wh) = q6_k_group_512(q, g);
+            let (wl, wh) = group(b, j, g);
             // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
             // (at 64g and 256 + 64g, g < 4) lie inside it.
             unsafe {
@@ -352,7 +360,7 @@ fn unpack_q6_k_512(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
 
 /// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]), its values
 /// unpacked from the panel's bits as it goes, or, `UNPACKED`, read from `values`
-/// (from [`unpack_q6_k_512`]): the same values, so the same bits.
+/// (from [`unpack_512`]): the same values, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
@@ -512,36 +520,20 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
-/// A 16-row Q5_K panel's values (`nb` blocks), unpacked once for the many groups of
-/// vectors of a prefill's chunk, as [`unpack_q6_k_512`] does Q6_K's: block `i`'s
-/// values `4g..4g + 4` at `512i + 64g`, `16 + 4g..` at `512i + 256 + 64g`, each its
-/// nibble with its fifth bit in place (what `block_sums!` reads with `$q8`).
+/// Group `g` (of four) of a 16-row Q5_K panel's block (`q`, its 320 bytes: nibbles,
+/// then fifth bits), unpacked: the values it meets in the block's low half and in its
+/// high half, each its nibble with its fifth bit in place.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-fn unpack_q5_k_512(panel: &[u8], ahead: &[u8], nb: usize, out: &mut Vec<u8>) {
-    out.clear();
-    out.resize(512 * nb, 0);
-    let next = next_panel(panel, ahead);
+fn q5_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
     let mask = _mm512_set1_epi8(0xF);
-    for (i, o) in out.chunks_exact_mut(512).enumerate() {
-        let (sb, j) = (i / 8, i % 8);
-        prefetch_part(next, 2880 * sb + 360 * j, 360);
-        let q = &panel[2880 * sb + 320 + 320 * j..][..320];
-        let high = load64(&q[256..]);
-        let o: &mut [u8; 512] = o.try_into().expect("512 bytes");
-        for g in 0..4 {
-            let wg = load64(&q[64 * g..]);
-            let wl = _mm512_and_si512(wg, mask);
-            let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
-            let wl = _mm512_or_si512(wl, fifth_bit_512(high, 2 * g as u32));
-            let wh = _mm512_or_si512(wh, fifth_bit_512(high, 2 * g as u32 + 1));
-            // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
-            // (at 64g and 256 + 64g, g < 4) lie inside it.
-            unsafe {
-                _mm512_storeu_si512(o[64 * g..].as_mut_ptr().cast(), wl);
-                _mm512_storeu_si512(o[256 + 64 * g..].as_mut_ptr().cast(), wh);
-            }
-        }
-    }
+    let (wg, high) = (load64(&q[64 * g..]), load64(&q[256..]));
+    let wl = _mm512_and_si512(wg, mask);
+    let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
+    (
+        _mm512_or_si512(wl, fifth_bit_512(high, 2 * g as u32)),
+        _mm512_or_si512(wh, fifth_bit_512(high, 2 * g as u32 + 1)),
+    )
 }
 
 /// Where a format's panels take work to unpack (Q5_K's fifth bits, Q6_K's high
@@ -557,9 +549,14 @@ pub(super) fn unpack_512(
     nb: usize,
     out: &mut Vec<u8>,
 ) -> bool {
+    let panels = (panel, ahead);
     match layout {
-        GgmlType::Q6_K => unpack_q6_k_512(panel, ahead, nb, out),
-        GgmlType::Q5_K => unpack_q5_k_512(panel, ahead, nb, out),
+        GgmlType::Q6_K => unpack_panel_512(panels, (nb, 3360), out, |b, j, g| {
+            q6_k_group_512(&b[288 + 384 * j..][..384], g)
+        }),
+        GgmlType::Q5_K => unpack_panel_512(panels, (nb, 2880), out, |b, j, g| {
+            q5_k_group_512(&b[320 + 320 * j..][..320], g)
+        }),
         _ => return false,
     }
     true

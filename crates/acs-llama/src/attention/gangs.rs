@@ -157,7 +157,7 @@ fn gang(ops: F32Ops, l: &Layer<'_>, q: &[f32], rows: &[usize], g: usize, outs: &
     let mut at = 0;
     for (keys, _, len) in stretches(&shared, hd, stretch) {
         let s = &mut block[..heads * len];
-        ops.dots(&qs, heads, keys, hd, s);
+        ops.dots_hot(&qs, heads, keys, hd, s);
         for (i, row) in s.chunks_exact(len).enumerate() {
             let (r, h) = (i / group, i % group);
             weights[r][h * lens[r] + at..][..len].copy_from_slice(row);

@@ -30,6 +30,32 @@ impl F32Ops {
     /// read and widened once for all of them; each score is summed as it would be
     /// alone.
     pub fn dots(self, q: &[f32], heads: usize, keys: &[f16], stride: usize, scores: &mut [f32]) {
+        self.scores((q, heads), (keys, stride), false, scores);
+    }
+
+    /// [`F32Ops::dots`] for keys that many heads read while they are in the caches (a
+    /// gang's stretch of a shared prompt): the same bits, and on AVX-512 heads wider
+    /// than 64 values take the 512-bit kernel too, which runs faster there and
+    /// slower on keys streaming from memory.
+    pub fn dots_hot(
+        self,
+        q: &[f32],
+        heads: usize,
+        keys: &[f16],
+        stride: usize,
+        scores: &mut [f32],
+    ) {
+        self.scores((q, heads), (keys, stride), true, scores);
+    }
+
+    /// [`F32Ops::dots`], `hot` as [`F32Ops::dots_hot`].
+    fn scores(
+        self,
+        (q, heads): (&[f32], usize),
+        (keys, stride): (&[f16], usize),
+        hot: bool,
+        scores: &mut [f32],
+    ) {
         let (hd, n) = (q.len() / heads.max(1), scores.len() / heads.max(1));
         assert!(
             heads > 0 && q.len() == heads * hd && scores.len() == heads * n,
@@ -43,7 +69,7 @@ impl F32Ops {
         if let Isa::Avx2(t) = self.0
             && x86::serves(hd)
         {
-            return x86::dots(t, q, heads, keys, stride, scores);
+            return x86::dots(t, (q, heads), (keys, stride), hot, scores);
         }
         for (qh, sh) in q.chunks_exact(hd).zip(scores.chunks_exact_mut(n)) {
             for (t, s) in sh.iter_mut().enumerate() {

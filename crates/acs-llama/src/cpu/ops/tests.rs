@@ -176,8 +176,8 @@ fn dots_and_weighted_sums_read_halves() {
     }
 }
 
-/// The AVX-512 attention kernels give the 256-bit ones' bits, for heads of every
-/// width they take (64, 96, 128 and 256 values), 1 to 5 query heads and position
+/// The AVX-512 attention kernels give the 256-bit ones' bits (the scores of hot
+/// keys too), for heads of every width they take (64, 96, 128 and 256 values), 1 to 5 query heads and position
 /// counts around their groups of eight keys (and, for the wider heads, past one
 /// block of the weighted sums' positions), with positions further apart than one
 /// head and a nonzero output to add to.
@@ -201,6 +201,9 @@ fn wide_attention_matches_narrow_attention_exactly() {
                 let run = |ops: F32Ops| {
                     let mut scores = vec![0f32; heads * n];
                     ops.dots(&q, heads, &cache, stride, &mut scores);
+                    let mut hot = vec![0f32; heads * n];
+                    ops.dots_hot(&q, heads, &cache, stride, &mut hot);
+                    assert_eq!(hot, scores, "heads of {hd}: hot keys' scores");
                     let mut out = values(24, heads * hd);
                     ops.weighted_sum(&w, heads, &cache, stride, &mut out);
                     (scores, out)

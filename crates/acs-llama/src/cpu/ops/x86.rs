@@ -10,10 +10,11 @@ use half::f16;
 
 use crate::cpu::x86::{Avx2Token, hsum_ps, load8f};
 
-/// The head width the 512-bit scores are unrolled for (most small Llama models').
-/// Wider heads' scores take the 256-bit kernel: the 512-bit one at 128 values ran
-/// faster from the caches but slower streaming a long context from memory, one
-/// sequence's decode (docs/performance.md, 2026-12-07, afternoon).
+/// The head width whose scores take the 512-bit kernel wherever they run (most small
+/// Llama models'). Wider heads' scores take it only for keys read while they are in
+/// the caches (`hot`): at 128 values it ran faster there but slower streaming a long
+/// context from memory, one sequence's decode (docs/performance.md, 2026-12-07,
+/// afternoon).
 pub(super) const HEAD: usize = 64;
 
 /// The values of a pass of the 512-bit weighted sums: four registers a head, so that
@@ -70,14 +71,40 @@ macro_rules! by_heads {
     };
 }
 
+/// `$f::<G, D>(args)` for `G` query heads (1 to 4, `$heads`) of `D` registers of 16
+/// values (`$regs`: 4, 6, 8 or 16, the widths [`dots`] gives the 512-bit kernel).
+macro_rules! by_heads_and_registers {
+    ($heads:expr, $regs:expr, $f:ident($($arg:expr),*)) => {
+        match ($heads, $regs) {
+            (1, 4) => $f::<1, 4>($($arg),*),
+            (2, 4) => $f::<2, 4>($($arg),*),
+            (3, 4) => $f::<3, 4>($($arg),*),
+            (_, 4) => $f::<4, 4>($($arg),*),
+            (1, 6) => $f::<1, 6>($($arg),*),
+            (2, 6) => $f::<2, 6>($($arg),*),
+            (3, 6) => $f::<3, 6>($($arg),*),
+            (_, 6) => $f::<4, 6>($($arg),*),
+            (1, 8) => $f::<1, 8>($($arg),*),
+            (2, 8) => $f::<2, 8>($($arg),*),
+            (3, 8) => $f::<3, 8>($($arg),*),
+            (_, 8) => $f::<4, 8>($($arg),*),
+            (1, _) => $f::<1, 16>($($arg),*),
+            (2, _) => $f::<2, 16>($($arg),*),
+            (3, _) => $f::<3, 16>($($arg),*),
+            (_, _) => $f::<4, 16>($($arg),*),
+        }
+    };
+}
+
 /// [`super::F32Ops::dots`] for heads of `hd` values ([`serves`]), four query heads
-/// at a time at most; the caller checked that `keys` holds every position.
+/// at a time at most, the 512-bit kernel for heads of [`HEAD`] values and, where the
+/// keys are `hot` (in the caches), for heads of 96, 128 and 256 too; the caller
+/// checked that `keys` holds every position.
 pub(super) fn dots(
     t: Avx2Token,
-    q: &[f32],
-    heads: usize,
-    keys: &[f16],
-    stride: usize,
+    (q, heads): (&[f32], usize),
+    (keys, stride): (&[f16], usize),
+    hot: bool,
     scores: &mut [f32],
 ) {
     let (n, hd) = (scores.len() / heads, q.len() / heads);
@@ -87,8 +114,9 @@ pub(super) fn dots(
         // the features of the kernel called. Both read and write their slices
         // through checked slicing only.
         unsafe {
-            if t.avx512() && hd == HEAD {
-                by_heads!(q.len() / HEAD, dots_512(q, keys, stride, scores))
+            let wide = hd == HEAD || hot && hd.is_multiple_of(16) && matches!(hd / 16, 6 | 8 | 16);
+            if t.avx512() && wide {
+                by_heads_and_registers!(q.len() / hd, hd / 16, dots_512(q, keys, stride, scores))
             } else {
                 by_heads!(q.len() / hd, dots_impl(q, keys, (stride, hd), scores))
             }
@@ -459,21 +487,23 @@ fn load16h(h: &[f16], at: usize) -> __m512 {
     _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr().cast()) })
 }
 
-/// One key against `G` query heads: per head, its 64 products in 16 lanes, lane
-/// `l` summing those of values `l`, `l + 16`, `l + 32`, `l + 48` in that order.
-/// Lanes 0–7 are `dots_impl`'s even sum and lanes 8–15 its odd one,
+/// One key against `G` query heads of `D` registers of 16 values: per head, its
+/// products in 16 lanes, lane `l` summing those of values `l`, `l + 16`, `l + 32`, …
+/// in that order. Lanes 0–7 are `dots_impl`'s even sum and lanes 8–15 its odd one,
 /// bit for bit (the same multiply-adds in the same order).
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
-fn key_sums<const G: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
-    let k: [__m512; 4] = std::array::from_fn(|j| load16h(k, 16 * j));
-    std::array::from_fn(|h| {
-        k.iter()
-            .enumerate()
-            .fold(_mm512_setzero_ps(), |a, (j, &kj)| {
-                _mm512_fmadd_ps(load16f(q, h * HEAD + 16 * j), kj, a)
-            })
-    })
+fn key_sums<const G: usize, const D: usize>(q: &[f32], k: &[f16]) -> [__m512; G] {
+    let mut sums = [_mm512_setzero_ps(); G];
+    // Each register of the key meets every head before the next is widened, so that
+    // a wide head's key needs one register at a time, not `D`.
+    for j in 0..D {
+        let kj = load16h(k, 16 * j);
+        for (h, s) in sums.iter_mut().enumerate() {
+            *s = _mm512_fmadd_ps(load16f(q, 16 * (h * D + j)), kj, *s);
+        }
+    }
+    sums
 }
 
 /// Two keys' sums `a` and `b` (see [`key_sums`]) with lanes `l` and `l + 8`
@@ -516,21 +546,29 @@ fn scores8(p: [__m512; 4]) -> __m256 {
     _mm512_castps512_ps256(_mm512_permutexvar_ps(order, f))
 }
 
-/// [`dots_impl`] in 512-bit registers, the same bits: a key's 64 values are four
-/// registers, not eight, and eight keys' sums are reduced together (a dozen
-/// shuffles and adds for eight scores where [`hsum_ps`] takes five for one).
+/// [`dots_impl`] in 512-bit registers for heads of `16 D` values, the same bits: a
+/// key's values take half the registers, and eight keys' sums are reduced together
+/// (a dozen shuffles and adds for eight scores where [`hsum_ps`] takes five for one).
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn dots_512<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut [f32]) {
-    let n = scores.len() / G;
-    prefetch_first(keys, n, stride, HEAD);
-    let key = |t: usize| &keys[t * stride..t * stride + HEAD];
+fn dots_512<const G: usize, const D: usize>(
+    q: &[f32],
+    keys: &[f16],
+    stride: usize,
+    scores: &mut [f32],
+) {
+    let (n, hd) = (scores.len() / G, 16 * D);
+    prefetch_first(keys, n, stride, hd);
+    let key = |t: usize| &keys[t * stride..t * stride + hd];
     let whole = n - n % 8;
     for t0 in (0..whole).step_by(8) {
         let mut pairs = [[_mm512_setzero_ps(); 4]; G];
         for (m, pair) in (0..4).map(|m| (m, t0 + 2 * m)) {
-            prefetch_position(keys, (pair + AHEAD) * stride, HEAD);
-            prefetch_position(keys, (pair + 1 + AHEAD) * stride, HEAD);
-            let (a, b) = (key_sums::<G>(q, key(pair)), key_sums::<G>(q, key(pair + 1)));
+            prefetch_position(keys, (pair + AHEAD) * stride, hd);
+            prefetch_position(keys, (pair + 1 + AHEAD) * stride, hd);
+            let (a, b) = (
+                key_sums::<G, D>(q, key(pair)),
+                key_sums::<G, D>(q, key(pair + 1)),
+            );
             for h in 0..G {
                 pairs[h][m] = fold_pair(a[h], b[h]);
             }
@@ -544,7 +582,7 @@ fn dots_512<const G: usize>(q: &[f32], keys: &[f16], stride: usize, scores: &mut
         }
     }
     for t in whole..n {
-        let a = key_sums::<G>(q, key(t));
+        let a = key_sums::<G, D>(q, key(t));
         for (h, a) in a.into_iter().enumerate() {
             let halves = _mm256_add_ps(
                 _mm512_castps512_ps256(a),

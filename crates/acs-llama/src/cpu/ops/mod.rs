@@ -71,6 +71,9 @@ impl F32Ops {
         {
             return x86::dots(t, (q, heads), (keys, stride), hot, scores);
         }
+        // The portable loop sums hot and cold keys alike.
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = hot;
         for (qh, sh) in q.chunks_exact(hd).zip(scores.chunks_exact_mut(n)) {
             for (t, s) in sh.iter_mut().enumerate() {
                 let k = &keys[t * stride..t * stride + hd];

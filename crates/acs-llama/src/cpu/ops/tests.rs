@@ -177,10 +177,10 @@ fn dots_and_weighted_sums_read_halves() {
 }
 
 /// The AVX-512 attention kernels give the 256-bit ones' bits (the scores of hot
-/// keys too), for heads of every width they take (64, 96, 128 and 256 values), 1 to 5 query heads and position
-/// counts around their groups of eight keys (and, for the wider heads, past one
-/// block of the weighted sums' positions), with positions further apart than one
-/// head and a nonzero output to add to.
+/// keys too), for heads of every width they take (64, 96, 128 and 256 values), 1 to
+/// 5 query heads and position counts around their groups of eight keys (and, for the
+/// wider heads, past one block of the weighted sums' positions), with positions
+/// further apart than one head and a nonzero output to add to.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn wide_attention_matches_narrow_attention_exactly() {

@@ -1,8 +1,9 @@
 //! The AVX2 and AVX-512 kernels of [`F32Ops`](super::F32Ops): heads of half floats
 //! read once for up to four query heads that share them. Where the CPU has AVX-512,
-//! heads of [`HEAD`] values take the 512-bit scores, and heads of 64, 128 or 256
-//! values (Llama's, Qwen3's and Llama 3 8B's, Gemma 3's) the 512-bit weighted sums;
-//! other widths (a multiple of 8, as Phi-3's 96) the 256-bit ones.
+//! heads of [`HEAD`] values take the 512-bit scores, as heads of 96, 128 and 256 do
+//! for keys already in the caches (`hot`); heads of 64, 128 or 256 values (Llama's,
+//! Qwen3's and Llama 3 8B's, Gemma 3's) take the 512-bit weighted sums; other widths
+//! (a multiple of 8) and cases take the 256-bit ones.
 
 use std::arch::x86_64::*;
 
@@ -114,7 +115,7 @@ pub(super) fn dots(
         // the features of the kernel called. Both read and write their slices
         // through checked slicing only.
         unsafe {
-            let wide = hd == HEAD || hot && hd.is_multiple_of(16) && matches!(hd / 16, 6 | 8 | 16);
+            let wide = hd == HEAD || hot && matches!(hd, 96 | 128 | 256);
             if t.avx512() && wide {
                 by_heads_and_registers!(q.len() / hd, hd / 16, dots_512(q, keys, stride, scores))
             } else {
@@ -336,7 +337,7 @@ pub(super) fn weighted_sum(
         // the features of the kernel called. Each checks the bounds of what it
         // reads and writes.
         unsafe {
-            if t.avx512() && matches!(hd / PASS, 1 | 2 | 4) && hd.is_multiple_of(PASS) {
+            if t.avx512() && matches!(hd, 64 | 128 | 256) {
                 // `weighted_sum_512::<G, P>` for `g` heads of `P` passes.
                 macro_rules! passes {
                     ($p:literal) => {

@@ -125,7 +125,6 @@ fn sum_halves<const V: usize>(lo: __m512i, hi: __m512i) -> __m512i {
 macro_rules! block_sums {
     ($q8:expr, $q:expr, $high:expr, $xb:expr) => {{
         let (q, high, xb): (&[u8], Option<__m512i>, &[&BlockQ8; V]) = ($q, $high, $xb);
-        let mask = _mm512_set1_epi8(0xF);
         let mut lo = [_mm512_setzero_si512(); V];
         let mut hi = [_mm512_setzero_si512(); V];
         for g in 0..4 {
@@ -133,16 +132,7 @@ macro_rules! block_sums {
             let (wl, wh) = if $q8 {
                 (load64(&q[64 * g..]), load64(&q[256 + 64 * g..]))
             } else {
-                let wg = load64(&q[64 * g..]);
-                let upper = _mm512_srli_epi16(wg, 4);
-                let (wl, wh) = (_mm512_and_si512(wg, mask), _mm512_and_si512(upper, mask));
-                match high {
-                    Some(h) => (
-                        _mm512_or_si512(wl, fifth_bit_512(h, 2 * g as u32)),
-                        _mm512_or_si512(wh, fifth_bit_512(h, 2 * g as u32 + 1)),
-                    ),
-                    None => (wl, wh),
-                }
+                nibbles_512(load64(&q[64 * g..]), high, g)
             };
             for v in 0..V {
                 lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
@@ -221,6 +211,25 @@ fn packed_q8_0_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         }
     }
     std::array::from_fn(|v| lanes16(acc[v]))
+}
+
+/// Group `g` (of four) of a 16-row panel's block from its 64 bytes of nibbles (`wg`):
+/// the values it meets in the block's low half and in its high half, each a nibble,
+/// with its fifth bit in place where the format has them (`high`, Q5's fifth-bit
+/// words).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn nibbles_512(wg: __m512i, high: Option<__m512i>, g: usize) -> (__m512i, __m512i) {
+    let mask = _mm512_set1_epi8(0xF);
+    let wl = _mm512_and_si512(wg, mask);
+    let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
+    match high {
+        Some(h) => (
+            _mm512_or_si512(wl, fifth_bit_512(h, 2 * g as u32)),
+            _mm512_or_si512(wh, fifth_bit_512(h, 2 * g as u32 + 1)),
+        ),
+        None => (wl, wh),
+    }
 }
 
 /// Bit `shift` of each byte of a 16-row Q5 panel's fifth-bit words, as 16 or 0.
@@ -520,22 +529,6 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
-/// Group `g` (of four) of a 16-row Q5_K panel's block (`q`, its 320 bytes: nibbles,
-/// then fifth bits), unpacked: the values it meets in the block's low half and in its
-/// high half, each its nibble with its fifth bit in place.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn q5_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
-    let mask = _mm512_set1_epi8(0xF);
-    let (wg, high) = (load64(&q[64 * g..]), load64(&q[256..]));
-    let wl = _mm512_and_si512(wg, mask);
-    let wh = _mm512_and_si512(_mm512_srli_epi16(wg, 4), mask);
-    (
-        _mm512_or_si512(wl, fifth_bit_512(high, 2 * g as u32)),
-        _mm512_or_si512(wh, fifth_bit_512(high, 2 * g as u32 + 1)),
-    )
-}
-
 /// Where a format's panels take work to unpack (Q5_K's fifth bits, Q6_K's high
 /// bits), `panel`'s values unpacked into `out` once for the many groups of vectors
 /// of a prefill's chunk, as [`packed_512`] reads them; whether this format has them.
@@ -555,7 +548,8 @@ pub(super) fn unpack_512(
             q6_k_group_512(&b[288 + 384 * j..][..384], g)
         }),
         GgmlType::Q5_K => unpack_panel_512(panels, (nb, 2880), out, |b, j, g| {
-            q5_k_group_512(&b[320 + 320 * j..][..320], g)
+            let q = &b[320 + 320 * j..][..320];
+            nibbles_512(load64(&q[64 * g..]), Some(load64(&q[256..])), g)
         }),
         _ => return false,
     }

@@ -475,9 +475,8 @@ fn packed_q3_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
                     let off = _mm512_set1_epi32(4 * i32::from(xb[v].sums[h]));
                     _mm512_cvtepi32_ps(_mm512_sub_epi32(halves[h][v], off))
                 };
-                let xd = _mm512_set1_ps(xb[v].d);
-                acc[v] = _mm512_fmadd_ps(half(0), _mm512_mul_ps(sc_lo, xd), acc[v]);
-                acc[v] = _mm512_fmadd_ps(half(1), _mm512_mul_ps(sc_hi, xd), acc[v]);
+                let total = _mm512_fmadd_ps(half(0), sc_lo, _mm512_mul_ps(half(1), sc_hi));
+                acc[v] = _mm512_fmadd_ps(total, _mm512_set1_ps(xb[v].d), acc[v]);
             }
         }
     }

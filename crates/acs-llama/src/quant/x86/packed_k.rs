@@ -221,7 +221,8 @@ pub(super) fn unpack_q3_k_panel(panel: &[u8], ahead: &[u8], nb: usize, out: &mut
 /// two halves of 16 (their scales differ), each four groups of four values a row
 /// made from their two low bits and their third, summed (`$step`, `$widen`); the
 /// `4 ×` offset of the stored values comes off each half in integers with the
-/// activations' half sums, then the halves' scales `d·sc` (exact in f32). Every
+/// activations' half sums, then the halves meet their scales `d·sc` (exact in f32)
+/// and their sum the vector's scale, one multiply-add a half and one a block. Every
 /// (row, vector) pair sees the same operations in the same order whatever `V`.
 macro_rules! packed_q3_k_kernel {
     ($name:ident, $features:tt, $step:ident, $widen:ident) => {
@@ -258,9 +259,8 @@ macro_rules! packed_q3_k_kernel {
                     let off = _mm256_set1_epi32(4 * i32::from(xb.sums[h]));
                     _mm256_cvtepi32_ps(_mm256_sub_epi32($widen(halves[h][v]), off))
                 };
-                let xd = _mm256_set1_ps(xb.d);
-                acc[v] = _mm256_fmadd_ps(half(0), _mm256_mul_ps(sc_lo, xd), acc[v]);
-                acc[v] = _mm256_fmadd_ps(half(1), _mm256_mul_ps(sc_hi, xd), acc[v]);
+                let total = _mm256_fmadd_ps(half(0), sc_lo, _mm256_mul_ps(half(1), sc_hi));
+                acc[v] = _mm256_fmadd_ps(total, _mm256_set1_ps(xb.d), acc[v]);
             }
         })
     }};

@@ -51,7 +51,20 @@ pub struct QuantizedActivations {
     /// that this input meets from widening it again.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     pub(crate) wide: Vec<[i16; QK]>,
+    /// Every block again with its values plus 128, unsigned bytes in `qs`'s bits, for
+    /// batches of more than [`FLIPPED_PAST`] vectors: the unsigned operand of
+    /// `vpdpbusd` where a prefill's unpacked Q6_K weights are the signed one, so
+    /// that the stored values' `−32` offset is a weight's constant rather than each
+    /// vector's. Whole blocks, so that a kernel reaches a vector's values and scale
+    /// through one pointer.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) flipped: Vec<BlockQ8>,
 }
+
+/// The batches whose activations are also held flipped ([`QuantizedActivations`]'s
+/// `flipped`): those of more vectors than this, as only they unpack Q6_K panels.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const FLIPPED_PAST: usize = GROUP;
 
 impl QuantizedActivations {
     /// Values per vector (before padding to whole blocks).
@@ -104,6 +117,16 @@ impl QuantizedActivations {
             let base = (v / GROUP) * nb * GROUP + v % GROUP;
             for (i, b) in blocks.iter().enumerate() {
                 self.sums[base + i * GROUP] = b.s;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.flipped.clear();
+            if count > FLIPPED_PAST {
+                self.flipped.extend(self.blocks.iter().map(|b| BlockQ8 {
+                    qs: b.qs.map(|q| (q as u8 ^ 0x80) as i8),
+                    ..*b
+                }));
             }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

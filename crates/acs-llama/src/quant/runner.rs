@@ -258,6 +258,7 @@ pub(crate) fn dot_q8_dispatch(
                     sums: qx.group_sums(v),
                     lane: v % GROUP,
                     nb: qx.nb,
+                    flipped: &[],
                 };
                 x86::tile::tile::<1, 1>(t, ty, [row], x)[0][0]
             }

@@ -148,6 +148,9 @@ pub(crate) struct Xs<'a> {
     pub(crate) sums: &'a [f32],
     pub(crate) lane: usize,
     pub(crate) nb: usize,
+    /// The blocks with their values flipped to unsigned bytes, where the kernel
+    /// reads them (a prefill's unpacked Q6_K panels), else empty.
+    pub(crate) flipped: &'a [BlockQ8],
 }
 
 const _: () = assert!(QK == 32);

@@ -10,7 +10,7 @@ use super::panel_steps::*;
 use super::*;
 use crate::cpu::x86::{Avx2Token, lanes};
 use crate::quant::GgmlType;
-use crate::quant::activations::QuantizedActivations;
+use crate::quant::activations::{FLIPPED_PAST, QuantizedActivations};
 use crate::quant::packed::{PANEL, PackedMatrix};
 
 /// Q4_1 panels of a [`PackedMatrix`] against `V` vectors (Q5_1's where `q5`; Q4_0's
@@ -200,11 +200,13 @@ pub(crate) fn packed_rows(
                 let next = (r0 / width + 1) * panel_bytes;
                 let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
                 // A chunk of more than one group of vectors unpacks the panel's values
-                // once for all its groups, where they take work to unpack.
-                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F
-                // and BW (asserted above); the functions write only within the
+                // once for all its groups, where they take work to unpack (such a
+                // batch's activations are held flipped too, which unpacked Q6_K
+                // values meet).
+                // SAFETY: `avx512` is set only when runtime detection found AVX-512 F,
+                // BW and VNNI (asserted above); the functions write only within the
                 // 64-byte pieces of `unpacked` they prove in bounds.
-                let unpacks = vectors.len() > 8
+                let unpacks = vectors.len() > FLIPPED_PAST
                     && unsafe { unpack_512(pm.ty, this, next, nb, &mut unpacked) };
                 let values: &[u8] = if unpacks { &unpacked } else { &[] };
                 // The high eight rows of a last panel past the matrix's rows (zeros)
@@ -220,6 +222,7 @@ pub(crate) fn packed_rows(
                         sums: &[],
                         lane: 0,
                         nb,
+                        flipped: qx.flipped.get(g * nb..(g + nv) * nb).unwrap_or(&[]),
                     };
                     let mut emit = |o: &[[f32; 16]]| {
                         for (v, lanes) in o.iter().enumerate() {
@@ -281,6 +284,7 @@ pub(crate) fn packed_rows(
                 sums: &[],
                 lane: 0,
                 nb,
+                flipped: &[],
             };
             let mut emit = |o: &[[f32; 8]]| {
                 for (v, lanes) in o.iter().enumerate() {

@@ -332,36 +332,63 @@ fn q6_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
     (wl, wh)
 }
 
+/// The bytes of a block of [`unpack_panel_512`]'s values, with (`SIGNED`) or without
+/// its halves' offsets.
+const fn unpacked_block(signed: bool) -> usize {
+    if signed { 640 } else { 512 }
+}
+
 /// Fills `out` with a 16-row panel's values (`nb` blocks, super-blocks of `sb_bytes`
 /// bytes), unpacked once for the many groups of vectors of a prefill's chunk, where
 /// each group would unpack them again: block `i`'s group `g` (of four) from
 /// `group(super-block, j, g)` for its block `j` of the super-block, the values it
-/// meets in the block's low half at `512i + 64g` and in its high half at
-/// `512i + 256 + 64g`, a byte a value (where `block_sums!` with `$q8` reads them).
-/// The next panel (`ahead`) is asked for as the blocks go, as the kernels ask for it.
+/// meets in the block's low half at `64g` and in its high half at `256 + 64g` of the
+/// block's bytes ([`unpacked_block`]), a byte a value (where `block_sums!` with `$q8`
+/// reads them). `SIGNED` values are signed bytes, the signed operand of `vpdpbusd`
+/// against activations flipped to unsigned (`x + 128`), and each half's offset
+/// follows at 512 and 576, a row's `−128 ×` the sum of its values: what the flip
+/// adds, for its sums to start from. The next panel (`ahead`) is asked for as the
+/// blocks go, as the kernels ask for it.
 #[inline]
-#[target_feature(enable = "avx512f")]
-fn unpack_panel_512(
+#[target_feature(enable = "avx512f,avx512vnni")]
+fn unpack_panel_512<const SIGNED: bool>(
     (panel, ahead): (&[u8], &[u8]),
     (nb, sb_bytes): (usize, usize),
     out: &mut Vec<u8>,
     group: impl Fn(&[u8], usize, usize) -> (__m512i, __m512i),
 ) {
+    let block = unpacked_block(SIGNED);
     out.clear();
-    out.resize(512 * nb, 0);
+    out.resize(block * nb, 0);
     let next = next_panel(panel, ahead);
-    for (i, o) in out.chunks_exact_mut(512).enumerate() {
+    let flip = _mm512_set1_epi8(-128);
+    for (i, o) in out.chunks_exact_mut(block).enumerate() {
         let (sb, j) = (i / 8, i % 8);
         prefetch_part(next, sb_bytes * sb + sb_bytes / 8 * j, sb_bytes / 8);
         let b = &panel[sb_bytes * sb..][..sb_bytes];
-        let o: &mut [u8; 512] = o.try_into().expect("512 bytes");
+        let mut sums = [_mm512_setzero_si512(); 2];
         for g in 0..4 {
             let (wl, wh) = group(b, j, g);
+            let o: &mut [u8] = &mut o[..512];
             // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
             // (at 64g and 256 + 64g, g < 4) lie inside it.
             unsafe {
                 _mm512_storeu_si512(o[64 * g..].as_mut_ptr().cast(), wl);
                 _mm512_storeu_si512(o[256 + 64 * g..].as_mut_ptr().cast(), wh);
+            }
+            if SIGNED {
+                // 128 × four values of each row, from an all-128 unsigned operand.
+                sums[0] = _mm512_dpbusd_epi32(sums[0], flip, wl);
+                sums[1] = _mm512_dpbusd_epi32(sums[1], flip, wh);
+            }
+        }
+        if SIGNED {
+            let o: &mut [u8] = &mut o[512..640];
+            for (h, sum) in sums.into_iter().enumerate() {
+                let offset = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
+                // SAFETY: `o` is 128 writable bytes, so the 64-byte unaligned store at
+                // 64h (h < 2) lies inside it.
+                unsafe { _mm512_storeu_si512(o[64 * h..].as_mut_ptr().cast(), offset) };
             }
         }
     }
@@ -369,7 +396,8 @@ fn unpack_panel_512(
 
 /// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]), its values
 /// unpacked from the panel's bits as it goes, or, `UNPACKED`, read from `values`
-/// (from [`unpack_512`]): the same values, so the same bits.
+/// (from [`unpack_512`]) as signed bytes against the flipped activations: the same
+/// integer sums either way, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
@@ -389,27 +417,38 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
             let sc_lo = sbytes16_ps(&b[32 + 32 * j..]);
             let sc_hi = sbytes16_ps(&b[48 + 32 * j..]);
             let q = &b[288 + 384 * j..288 + 384 * j + 384];
-            let u = if UNPACKED {
-                &values[512 * i..][..512]
+            // Unpacked values meet the flipped activations (the same scales).
+            let blocks = if UNPACKED { x.flipped } else { x.blocks };
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &blocks[v * x.nb + i]);
+            let (mut lo, mut hi): ([__m512i; V], [__m512i; V]);
+            if UNPACKED {
+                // Signed values against unsigned activations: each half's sum starts
+                // from the weights' own offset, the same for every vector.
+                let u = &values[unpacked_block(true) * i..][..unpacked_block(true)];
+                (lo, hi) = ([load64(&u[512..]); V], [load64(&u[576..]); V]);
+                for g in 0..4 {
+                    let (wl, wh) = (load64(&u[64 * g..]), load64(&u[256 + 64 * g..]));
+                    for v in 0..V {
+                        let xl = broadcast4_512(&xb[v].qs, 4 * g);
+                        let xh = broadcast4_512(&xb[v].qs, 16 + 4 * g);
+                        lo[v] = _mm512_dpbusd_epi32(lo[v], xl, wl);
+                        hi[v] = _mm512_dpbusd_epi32(hi[v], xh, wh);
+                    }
+                }
             } else {
-                &[][..]
-            };
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            // Each half's sum starts from its offset, `-32 ×` the activations' sum,
-            // as the integers come out the same as taking it off at the end, one
-            // instruction fewer a half.
-            let off = |v: usize, k: usize| _mm512_set1_epi32(-32 * i32::from(xb[v].sums[k]));
-            let mut lo: [__m512i; V] = std::array::from_fn(|v| off(v, 0));
-            let mut hi: [__m512i; V] = std::array::from_fn(|v| off(v, 1));
-            for g in 0..4 {
-                let (wl, wh) = if UNPACKED {
-                    (load64(&u[64 * g..]), load64(&u[256 + 64 * g..]))
-                } else {
-                    q6_k_group_512(q, g)
-                };
-                for v in 0..V {
-                    lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
-                    hi[v] = _mm512_dpbusd_epi32(hi[v], wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+                // Each half's sum starts from its offset, `-32 ×` the activations'
+                // sum, as the integers come out the same as taking it off at the
+                // end, one instruction fewer a half.
+                let off = |v: usize, k: usize| _mm512_set1_epi32(-32 * i32::from(xb[v].sums[k]));
+                lo = std::array::from_fn(|v| off(v, 0));
+                hi = std::array::from_fn(|v| off(v, 1));
+                for g in 0..4 {
+                    let (wl, wh) = q6_k_group_512(q, g);
+                    for v in 0..V {
+                        lo[v] = _mm512_dpbusd_epi32(lo[v], wl, broadcast4_512(&xb[v].qs, 4 * g));
+                        hi[v] =
+                            _mm512_dpbusd_epi32(hi[v], wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
+                    }
                 }
             }
             for v in 0..V {
@@ -533,7 +572,7 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
 /// of a prefill's chunk, as [`packed_512`] reads them; whether this format has them.
 /// (Q2_K's and Q3_K's values unpacked once measured no faster than unpacked as the
 /// kernels go.)
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) fn unpack_512(
     layout: GgmlType,
     panel: &[u8],
@@ -543,10 +582,13 @@ pub(super) fn unpack_512(
 ) -> bool {
     let panels = (panel, ahead);
     match layout {
-        GgmlType::Q6_K => unpack_panel_512(panels, (nb, 3360), out, |b, j, g| {
-            q6_k_group_512(&b[288 + 384 * j..][..384], g)
+        GgmlType::Q6_K => unpack_panel_512::<true>(panels, (nb, 3360), out, |b, j, g| {
+            // The stored values less their offset of 32, as signed bytes.
+            let (wl, wh) = q6_k_group_512(&b[288 + 384 * j..][..384], g);
+            let offset = _mm512_set1_epi8(32);
+            (_mm512_sub_epi8(wl, offset), _mm512_sub_epi8(wh, offset))
         }),
-        GgmlType::Q5_K => unpack_panel_512(panels, (nb, 2880), out, |b, j, g| {
+        GgmlType::Q5_K => unpack_panel_512::<false>(panels, (nb, 2880), out, |b, j, g| {
             let q = &b[320 + 320 * j..][..320];
             nibbles_512(load64(&q[64 * g..]), Some(load64(&q[256..])), g)
         }),

@@ -222,6 +222,7 @@ pub(crate) fn matmul_rows(
                 sums: qx.group_sums(g),
                 lane: 0,
                 nb,
+                flipped: &[],
             };
             let w = Rows {
                 t,

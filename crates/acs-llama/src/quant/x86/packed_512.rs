@@ -394,6 +394,29 @@ fn unpack_panel_512<const SIGNED: bool>(
     }
 }
 
+/// One block's unpacked signed values (`$u`, a block of [`unpack_panel_512`] with
+/// offsets) against every one of the calling kernel's `V` flipped vectors (`$xb`):
+/// one integer sum per half and vector, each started from the weights' offset, so
+/// the sums of the values against the vectors as rounded. A macro for the reason
+/// [`block_sums!`] is one.
+macro_rules! signed_halves_512 {
+    ($u:expr, $xb:expr) => {{
+        let (u, xb): (&[u8], &[&BlockQ8; V]) = ($u, $xb);
+        let mut lo = [load64(&u[512..]); V];
+        let mut hi = [load64(&u[576..]); V];
+        for g in 0..4 {
+            let (wl, wh) = (load64(&u[64 * g..]), load64(&u[256 + 64 * g..]));
+            for v in 0..V {
+                let xl = broadcast4_512(&xb[v].qs, 4 * g);
+                let xh = broadcast4_512(&xb[v].qs, 16 + 4 * g);
+                lo[v] = _mm512_dpbusd_epi32(lo[v], xl, wl);
+                hi[v] = _mm512_dpbusd_epi32(hi[v], xh, wh);
+            }
+        }
+        [lo, hi]
+    }};
+}
+
 /// [`packed_q6_k_vnni`] on a 16-row Q6_K panel (see [`packed_q4_1_512`]), its values
 /// unpacked from the panel's bits as it goes, or, `UNPACKED`, read from `values`
 /// (from [`unpack_512`]) as signed bytes against the flipped activations: the same
@@ -420,28 +443,18 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
             // Unpacked values meet the flipped activations (the same scales).
             let blocks = if UNPACKED { x.flipped } else { x.blocks };
             let xb: [&BlockQ8; V] = std::array::from_fn(|v| &blocks[v * x.nb + i]);
-            let (mut lo, mut hi): ([__m512i; V], [__m512i; V]);
-            if UNPACKED {
-                // Signed values against unsigned activations: each half's sum starts
-                // from the weights' own offset, the same for every vector.
-                let u = &values[unpacked_block(true) * i..][..unpacked_block(true)];
-                (lo, hi) = ([load64(&u[512..]); V], [load64(&u[576..]); V]);
-                for g in 0..4 {
-                    let (wl, wh) = (load64(&u[64 * g..]), load64(&u[256 + 64 * g..]));
-                    for v in 0..V {
-                        let xl = broadcast4_512(&xb[v].qs, 4 * g);
-                        let xh = broadcast4_512(&xb[v].qs, 16 + 4 * g);
-                        lo[v] = _mm512_dpbusd_epi32(lo[v], xl, wl);
-                        hi[v] = _mm512_dpbusd_epi32(hi[v], xh, wh);
-                    }
-                }
+            let [lo, hi] = if UNPACKED {
+                signed_halves_512!(
+                    &values[unpacked_block(true) * i..][..unpacked_block(true)],
+                    &xb
+                )
             } else {
                 // Each half's sum starts from its offset, `-32 ×` the activations'
                 // sum, as the integers come out the same as taking it off at the
                 // end, one instruction fewer a half.
                 let off = |v: usize, k: usize| _mm512_set1_epi32(-32 * i32::from(xb[v].sums[k]));
-                lo = std::array::from_fn(|v| off(v, 0));
-                hi = std::array::from_fn(|v| off(v, 1));
+                let mut lo: [__m512i; V] = std::array::from_fn(|v| off(v, 0));
+                let mut hi: [__m512i; V] = std::array::from_fn(|v| off(v, 1));
                 for g in 0..4 {
                     let (wl, wh) = q6_k_group_512(q, g);
                     for v in 0..V {
@@ -450,7 +463,8 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
                             _mm512_dpbusd_epi32(hi[v], wh, broadcast4_512(&xb[v].qs, 16 + 4 * g));
                     }
                 }
-            }
+                [lo, hi]
+            };
             for v in 0..V {
                 let (pl, ph) = (_mm512_cvtepi32_ps(lo[v]), _mm512_cvtepi32_ps(hi[v]));
                 // The block's integer total, exact in f32 (see `packed_q6_k_vnni`).
@@ -463,6 +477,35 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
+/// Values `16h + 4f..16h + 4f + 4` of a 16-row Q2_K or Q3_K panel's block, from its
+/// half's 64 bytes of two-bit values (`wg`) and, for Q3_K, its third bits (`third`);
+/// the layout is [`two_bit_halves_512!`]'s.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn two_bit_values_512(wg: __m512i, third: Option<__m512i>, h: usize, f: usize) -> __m512i {
+    let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
+    let w = _mm512_and_si512(_mm512_srl_epi16(wg, shift(2 * f)), _mm512_set1_epi8(3));
+    match third {
+        Some(hw) => {
+            let bit = _mm512_and_si512(_mm512_srl_epi16(hw, shift(4 * h + f)), _mm512_set1_epi8(1));
+            _mm512_or_si512(w, _mm512_slli_epi16::<2>(bit))
+        }
+        None => w,
+    }
+}
+
+/// Group `g` (of four) of a 16-row Q3_K panel's block (`q`, its 192 bytes),
+/// unpacked: the values it meets in the block's low half and in its high half.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn q3_k_group_512(q: &[u8], g: usize) -> (__m512i, __m512i) {
+    let third = Some(load64(&q[128..]));
+    (
+        two_bit_values_512(load64(q), third, 0, g),
+        two_bit_values_512(load64(&q[64..]), third, 1, g),
+    )
+}
+
 /// One block's two-bit values of a 16-row Q2_K or Q3_K panel (`$q`: for each half,
 /// four bytes a row, values `16h + 4f + e` at bits `2f` of byte `e`; with Q3_K's
 /// third bits where `$third` has them, bit `4h + f` of byte `e`) against every one of
@@ -471,17 +514,11 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
 macro_rules! two_bit_halves_512 {
     ($q:expr, $third:expr, $xb:expr) => {{
         let (q, third, xb): (&[u8], Option<__m512i>, &[&BlockQ8; V]) = ($q, $third, $xb);
-        let (two, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
-        let shift = |n: usize| _mm_cvtsi32_si128(n as i32);
         let mut halves = [[_mm512_setzero_si512(); V]; 2];
         for (h, sums) in halves.iter_mut().enumerate() {
             let wg = load64(&q[64 * h..]);
             for f in 0..4 {
-                let mut w = _mm512_and_si512(_mm512_srl_epi16(wg, shift(2 * f)), two);
-                if let Some(hw) = third {
-                    let bit = _mm512_and_si512(_mm512_srl_epi16(hw, shift(4 * h + f)), one);
-                    w = _mm512_or_si512(w, _mm512_slli_epi16::<2>(bit));
-                }
+                let w = two_bit_values_512(wg, third, h, f);
                 for v in 0..V {
                     let x = broadcast4_512(&xb[v].qs, 16 * h + 4 * f);
                     sums[v] = _mm512_dpbusd_epi32(sums[v], w, x);
@@ -492,10 +529,18 @@ macro_rules! two_bit_halves_512 {
     }};
 }
 
-/// [`packed_q3_k_vnni`] on a 16-row Q3_K panel (see [`packed_q4_1_512`]).
+/// [`packed_q3_k_vnni`] on a 16-row Q3_K panel (see [`packed_q4_1_512`]), its values
+/// unpacked from the panel's bits as it goes, or, `UNPACKED`, read from `values` as
+/// signed bytes against the flipped activations (as [`packed_q6_k_512`] does): the
+/// same integer sums either way, so the same bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn packed_q3_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f32; 16]; V] {
+fn packed_q3_k_512<const V: usize, const UNPACKED: bool>(
+    panel: &[u8],
+    ahead: &[u8],
+    values: &[u8],
+    x: Xs<'_>,
+) -> [[f32; 16]; V] {
     let mut acc = [_mm512_setzero_ps(); V];
     let next = next_panel(panel, ahead);
     for sb in 0..x.nb / 8 {
@@ -507,10 +552,21 @@ fn packed_q3_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
             let sc_lo = _mm512_mul_ps(d, sbytes16_ps(&b[32 + 32 * j..]));
             let sc_hi = _mm512_mul_ps(d, sbytes16_ps(&b[48 + 32 * j..]));
             let q = &b[288 + 192 * j..288 + 192 * j + 192];
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
-            let halves = two_bit_halves_512!(q, Some(load64(&q[128..])), &xb);
+            let blocks = if UNPACKED { x.flipped } else { x.blocks };
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &blocks[v * x.nb + i]);
+            let halves = if UNPACKED {
+                signed_halves_512!(
+                    &values[unpacked_block(true) * i..][..unpacked_block(true)],
+                    &xb
+                )
+            } else {
+                two_bit_halves_512!(q, Some(load64(&q[128..])), &xb)
+            };
             for v in 0..V {
                 let half = |h: usize| {
+                    if UNPACKED {
+                        return _mm512_cvtepi32_ps(halves[h][v]);
+                    }
                     let off = _mm512_set1_epi32(4 * i32::from(xb[v].sums[h]));
                     _mm512_cvtepi32_ps(_mm512_sub_epi32(halves[h][v], off))
                 };
@@ -567,11 +623,11 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
     std::array::from_fn(|v| lanes16(acc[v]))
 }
 
-/// Where a format's panels take work to unpack (Q5_K's fifth bits, Q6_K's high
-/// bits), `panel`'s values unpacked into `out` once for the many groups of vectors
-/// of a prefill's chunk, as [`packed_512`] reads them; whether this format has them.
-/// (Q2_K's and Q3_K's values unpacked once measured no faster than unpacked as the
-/// kernels go.)
+/// Where a format's panels take work to unpack (Q3_K's third bits and offset, Q5_K's
+/// fifth bits, Q6_K's high bits and offset), `panel`'s values unpacked into `out`
+/// once for the many groups of vectors of a prefill's chunk, as [`packed_512`] reads
+/// them; whether this format has them. (Q2_K's values unpacked once measured no
+/// faster than unpacked as the kernel goes.)
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) fn unpack_512(
     layout: GgmlType,
@@ -586,6 +642,13 @@ pub(super) fn unpack_512(
             // The stored values less their offset of 32, as signed bytes.
             let (wl, wh) = q6_k_group_512(&b[288 + 384 * j..][..384], g);
             let offset = _mm512_set1_epi8(32);
+            (_mm512_sub_epi8(wl, offset), _mm512_sub_epi8(wh, offset))
+        }),
+        GgmlType::Q3_K => unpack_panel_512::<true>(panels, (nb, 1824), out, |b, j, g| {
+            // The stored values less their offset of 4, as signed bytes.
+            let q = &b[288 + 192 * j..][..192];
+            let (wl, wh) = q3_k_group_512(q, g);
+            let offset = _mm512_set1_epi8(4);
             (_mm512_sub_epi8(wl, offset), _mm512_sub_epi8(wh, offset))
         }),
         GgmlType::Q5_K => unpack_panel_512::<false>(panels, (nb, 2880), out, |b, j, g| {
@@ -615,7 +678,10 @@ pub(super) unsafe fn packed_512<const V: usize>(
         match layout {
             GgmlType::Q8_0 => packed_q8_0_512::<V>(panel, ahead, x),
             GgmlType::Q2_K => packed_q2_k_512::<V>(panel, ahead, x),
-            GgmlType::Q3_K => packed_q3_k_512::<V>(panel, ahead, x),
+            GgmlType::Q3_K if values.is_empty() => {
+                packed_q3_k_512::<V, false>(panel, ahead, values, x)
+            }
+            GgmlType::Q3_K => packed_q3_k_512::<V, true>(panel, ahead, values, x),
             GgmlType::Q4_K => packed_q4_k_512::<V, false, false>(panel, ahead, values, x),
             GgmlType::Q5_K if values.is_empty() => {
                 packed_q4_k_512::<V, true, false>(panel, ahead, values, x)

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::team;
+use super::{caches, team};
 
 /// Bytes read per pass at least: far beyond the caches of most CPUs.
 const MIN_BYTES: usize = 512 << 20;
@@ -18,7 +18,7 @@ const CHUNK: usize = 4 << 20;
 /// twice the largest cache (at least 512 MiB), so that the reads come from memory
 /// even where the last-level cache holds hundreds of MiB.
 pub fn read_bandwidth() -> f64 {
-    let bytes = buffer_bytes(largest_cache());
+    let bytes = buffer_bytes(caches::largest());
     let words = vec![1u64; bytes / 8];
     let sink = AtomicU64::new(0);
     let mut best = 0f64;
@@ -45,45 +45,9 @@ fn buffer_bytes(cache: Option<usize>) -> usize {
     bytes.clamp(MIN_BYTES, MAX_BYTES).next_multiple_of(CHUNK)
 }
 
-/// The largest of the first CPU's caches, as Linux lists them; `None` where it does
-/// not.
-fn largest_cache() -> Option<usize> {
-    std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache")
-        .ok()?
-        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path().join("size")).ok())
-        .filter_map(|size| cache_size(size.trim()))
-        .max()
-}
-
-/// A cache size as sysfs writes it: digits and a unit (`48K`, `2048K`, `480M`).
-fn cache_size(text: &str) -> Option<usize> {
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
-    let scale: usize = match unit {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        _ => return None,
-    };
-    number.parse::<usize>().ok()?.checked_mul(scale)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cache_sizes_read_as_sysfs_writes_them() {
-        assert_eq!(cache_size("48K"), Some(48 << 10));
-        assert_eq!(cache_size("491520K"), Some(480 << 20));
-        assert_eq!(cache_size("32M"), Some(32 << 20));
-        assert_eq!(cache_size("64"), Some(64));
-        assert_eq!(cache_size("K"), None);
-        assert_eq!(cache_size("12Q"), None);
-    }
 
     #[test]
     fn the_buffer_outgrows_the_largest_cache() {

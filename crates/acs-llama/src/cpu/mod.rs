@@ -4,6 +4,7 @@
 //! kernels live with the formats, in [`crate::quant`].
 
 mod bandwidth;
+pub(crate) mod caches;
 pub(crate) mod isa;
 mod ops;
 mod peak;

@@ -296,7 +296,7 @@ fn batches_past_one_chunk_match_single_vectors_exactly() {
     };
     let (rows, cols) = (32, 256);
     let nb = cols / QK;
-    let chunk = x86::packed::CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>()) / 8 * 8;
+    let chunk = x86::packed::chunk_activation_bytes() / (nb * size_of::<BlockQ8>()) / 8 * 8;
     let batch = chunk + 11;
     let xs = values(21, cols * batch);
     let mut qx = QuantizedActivations::default();

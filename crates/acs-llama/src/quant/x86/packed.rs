@@ -156,9 +156,23 @@ macro_rules! tiles {
 }
 
 /// Bytes of activations a chunk of vectors of the AVX-512 kernels holds (see
-/// [`packed_rows`]): a quarter of the 2 MiB L2 of a core of the CPUs that have them,
-/// the rest left to the panels passing over them.
-pub(crate) const CHUNK_ACTIVATION_BYTES: usize = 512 << 10;
+/// [`packed_rows`]): the core's L2 less [`PANEL_ROOM`] left to the panels passing
+/// over them, and at least that much. Each chunk unpacks every Q3_K, Q5_K and Q6_K
+/// panel again, and a matrix of long rows (an FFN's down projection) fits few
+/// vectors in a small chunk: on a 2 MiB L2, chunks of 1.5 MiB ran such a matrix's
+/// Q3_K panels 10-14% faster than chunks of 512 KiB (docs/performance.md).
+pub(crate) fn chunk_activation_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        crate::cpu::caches::level2().map_or(PANEL_ROOM, |l2| {
+            l2.saturating_sub(PANEL_ROOM).max(PANEL_ROOM)
+        })
+    })
+}
+
+/// The part of L2 a chunk's activations leave to the panels: a 16-row panel of
+/// 14,336-value rows unpacked (640 bytes a block of 32 values) takes 280 KiB.
+const PANEL_ROOM: usize = 512 << 10;
 
 /// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
 /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
@@ -189,7 +203,7 @@ pub(crate) fn packed_rows(
         // in L2 while every panel passes over them; each chunk streams the panels
         // once. Each (row, vector) pair still sees one kernel call's operations in
         // order, so the chunks change no result.
-        let chunk = (CHUNK_ACTIVATION_BYTES / (nb * size_of::<BlockQ8>())).max(8) / 8 * 8;
+        let chunk = (chunk_activation_bytes() / (nb * size_of::<BlockQ8>())).max(8) / 8 * 8;
         let mut unpacked = Vec::new();
         for first in (0..qx.count).step_by(chunk) {
             let vectors = first..(first + chunk).min(qx.count);

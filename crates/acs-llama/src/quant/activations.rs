@@ -53,16 +53,17 @@ pub struct QuantizedActivations {
     pub(crate) wide: Vec<[i16; QK]>,
     /// Every block again with its values plus 128, unsigned bytes in `qs`'s bits, for
     /// batches of more than [`FLIPPED_PAST`] vectors: the unsigned operand of
-    /// `vpdpbusd` where a prefill's unpacked Q6_K weights are the signed one, so
-    /// that the stored values' `−32` offset is a weight's constant rather than each
-    /// vector's. Whole blocks, so that a kernel reaches a vector's values and scale
-    /// through one pointer.
+    /// `vpdpbusd` where a prefill's unpacked Q3_K and Q6_K weights are the signed
+    /// one, so that the stored values' offset (−4, −32) is a weight's constant
+    /// rather than each vector's. Whole blocks, so that a kernel reaches a vector's
+    /// values and scale through one pointer.
     #[cfg(target_arch = "x86_64")]
     pub(crate) flipped: Vec<BlockQ8>,
 }
 
 /// The batches whose activations are also held flipped ([`QuantizedActivations`]'s
-/// `flipped`): those of more vectors than this, as only they unpack Q6_K panels.
+/// `flipped`): those of more vectors than this, as only they unpack Q3_K and Q6_K
+/// panels.
 #[cfg(target_arch = "x86_64")]
 pub(crate) const FLIPPED_PAST: usize = GROUP;
 

@@ -149,7 +149,7 @@ pub(crate) struct Xs<'a> {
     pub(crate) lane: usize,
     pub(crate) nb: usize,
     /// The blocks with their values flipped to unsigned bytes, where the kernel
-    /// reads them (a prefill's unpacked Q6_K panels), else empty.
+    /// reads them (a prefill's unpacked Q3_K and Q6_K panels), else empty.
     pub(crate) flipped: &'a [BlockQ8],
 }
 

@@ -215,8 +215,8 @@ pub(crate) fn packed_rows(
                 let next = pm.data.get(next..next + panel_bytes).unwrap_or(&[]);
                 // A chunk of more than one group of vectors unpacks the panel's values
                 // once for all its groups, where they take work to unpack (such a
-                // batch's activations are held flipped too, which unpacked Q6_K
-                // values meet).
+                // batch's activations are held flipped too, which unpacked Q3_K
+                // and Q6_K values meet).
                 // SAFETY: `avx512` is set only when runtime detection found AVX-512 F,
                 // BW and VNNI (asserted above); the functions write only within the
                 // 64-byte pieces of `unpacked` they prove in bounds.

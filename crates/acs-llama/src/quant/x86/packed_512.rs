@@ -660,7 +660,7 @@ pub(super) fn unpack_512(
     true
 }
 
-/// The AVX-512 kernel of the format; a Q5_K or Q6_K panel's values come from
+/// The AVX-512 kernel of the format; a Q3_K, Q5_K or Q6_K panel's values come from
 /// `values` where it holds them ([`unpack_512`]), as every other format ignores it.
 ///
 /// # Safety

@@ -52,7 +52,8 @@ pub struct QuantizedActivations {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     pub(crate) wide: Vec<[i16; QK]>,
     /// Every block again with its values plus 128, unsigned bytes in `qs`'s bits, for
-    /// batches of more than [`FLIPPED_PAST`] vectors: the unsigned operand of
+    /// batches of more than [`FLIPPED_PAST`] vectors that meet such panels
+    /// ([`hold_flipped`](Self::hold_flipped)), else empty: the unsigned operand of
     /// `vpdpbusd` where a prefill's unpacked Q3_K and Q6_K weights are the signed
     /// one, so that the stored values' offset (−4, −32) is a weight's constant
     /// rather than each vector's. Whole blocks, so that a kernel reaches a vector's
@@ -121,15 +122,7 @@ impl QuantizedActivations {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        {
-            self.flipped.clear();
-            if count > FLIPPED_PAST {
-                self.flipped.extend(self.blocks.iter().map(|b| BlockQ8 {
-                    qs: b.qs.map(|q| (q as u8 ^ 0x80) as i8),
-                    ..*b
-                }));
-            }
-        }
+        self.flipped.clear();
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         {
             self.wide.clear();
@@ -137,6 +130,20 @@ impl QuantizedActivations {
                 .extend(self.blocks.iter().map(|b| b.qs.map(i16::from)));
         }
         Ok(())
+    }
+
+    /// Holds the blocks flipped too ([`QuantizedActivations`]'s `flipped`), where the
+    /// batch has more than [`FLIPPED_PAST`] vectors: for the matrices that read them,
+    /// as every other format's would only pay for the copy.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn hold_flipped(&mut self) {
+        if self.count > FLIPPED_PAST && self.flipped.is_empty() {
+            let flip = |b: &BlockQ8| BlockQ8 {
+                qs: b.qs.map(|q| (q as u8 ^ 0x80) as i8),
+                ..*b
+            };
+            self.flipped.extend(self.blocks.iter().map(flip));
+        }
     }
 
     /// The blocks of vector `v`.

@@ -84,6 +84,13 @@ pub fn matmul_many(
     }
     if jobs.iter().any(|j| j.ty.uses_q8_activations()) {
         scratch.quantize_from(xs, n_cols)?;
+        #[cfg(target_arch = "x86_64")]
+        if jobs
+            .iter()
+            .any(|j| j.packed.is_some_and(super::x86::packed::reads_flipped))
+        {
+            scratch.hold_flipped();
+        }
     } else {
         *scratch = QuantizedActivations::default();
     }

@@ -271,6 +271,7 @@ fn wide_panels_match_narrow_panels_exactly() {
         for batch in [1, 3, 8, 11] {
             let mut qx = QuantizedActivations::default();
             qx.quantize_from(&values(4, cols * batch), cols).unwrap();
+            qx.hold_flipped();
             let run = |t| {
                 let pm = PackedMatrix::pack(Isa::Avx2(t), ty, &w, rows, cols).unwrap();
                 let mut out = vec![0f32; rows * batch];
@@ -301,6 +302,7 @@ fn batches_past_one_chunk_match_single_vectors_exactly() {
     let xs = values(21, cols * batch);
     let mut qx = QuantizedActivations::default();
     qx.quantize_from(&xs, cols).unwrap();
+    qx.hold_flipped();
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w = vec![0u8; rb * rows];
@@ -338,12 +340,14 @@ fn packed_kernels_match_row_kernels_on_random_bytes() {
     };
     let (rows, cols) = (24, 256);
     let mut qx = QuantizedActivations::default();
-    let xs: Vec<f32> = values(11, cols * 5)
+    // Eleven vectors: the AVX-512 kernels unpack Q3_K, Q5_K and Q6_K panels past eight.
+    let xs: Vec<f32> = values(11, cols * 11)
         .iter()
         .enumerate()
         .map(|(i, &v)| if i % 3 == 0 { 127.0 } else { v * 127.0 })
         .collect();
     qx.quantize_from(&xs, cols).unwrap();
+    qx.hold_flipped();
     for ty in PANEL_FORMATS {
         let rb = ty.row_bytes(cols).unwrap();
         let mut w: Vec<u8> = values(12 + u64::from(ty.id()), rb * rows)

@@ -174,7 +174,15 @@ pub(crate) fn chunk_activation_bytes() -> usize {
 /// 14,336-value rows unpacked (640 bytes a block of 32 values) takes 280 KiB.
 const PANEL_ROOM: usize = 512 << 10;
 
-/// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`;
+/// Whether a batch of more than [`FLIPPED_PAST`] vectors meets `pm` with its flipped
+/// activations ([`QuantizedActivations::hold_flipped`]): the 16-row Q3_K and Q6_K
+/// panels, which a prefill unpacks as signed bytes.
+pub(crate) fn reads_flipped(pm: &PackedMatrix) -> bool {
+    pm.panel_rows == 2 * PANEL && matches!(pm.ty, GgmlType::Q3_K | GgmlType::Q6_K)
+}
+
+/// Rows `rows` (whole panels) of a packed matrix against every vector of `qx`
+/// (flipped too, where [`reads_flipped`]);
 /// `put_lanes(v, r0, values)` takes the eight rows `r0..r0 + 8` of vector `v`.
 pub(crate) fn packed_rows(
     t: Avx2Token,
@@ -199,6 +207,11 @@ pub(crate) fn packed_rows(
             "16-row panels are packed for the AVX-512 kernels alone"
         );
         debug_assert!(rows.start.is_multiple_of(width), "whole panels");
+        assert!(
+            !reads_flipped(pm) || qx.count <= FLIPPED_PAST || !qx.flipped.is_empty(),
+            "{:?} panels need the batch's flipped activations",
+            pm.ty
+        );
         // A long batch (a prefill) runs in chunks of vectors whose activations stay
         // in L2 while every panel passes over them; each chunk streams the panels
         // once. Each (row, vector) pair still sees one kernel call's operations in

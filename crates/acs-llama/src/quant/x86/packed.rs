@@ -159,8 +159,7 @@ macro_rules! tiles {
 /// [`packed_rows`]): the core's L2 less [`PANEL_ROOM`] left to the panels passing
 /// over them, and at least that much. Each chunk unpacks every Q3_K, Q5_K and Q6_K
 /// panel again, and a matrix of long rows (an FFN's down projection) fits few
-/// vectors in a small chunk: on a 2 MiB L2, chunks of 1.5 MiB ran such a matrix's
-/// Q3_K panels 10-14% faster than chunks of 512 KiB (docs/performance.md).
+/// vectors in a small chunk, so the unpacking serves more vectors in a larger one.
 pub(crate) fn chunk_activation_bytes() -> usize {
     static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {

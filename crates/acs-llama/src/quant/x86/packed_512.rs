@@ -366,15 +366,15 @@ fn unpack_panel_512<const SIGNED: bool>(
         let (sb, j) = (i / 8, i % 8);
         prefetch_part(next, sb_bytes * sb + sb_bytes / 8 * j, sb_bytes / 8);
         let b = &panel[sb_bytes * sb..][..sb_bytes];
+        let (values, offsets) = o.split_at_mut(512);
         let mut sums = [_mm512_setzero_si512(); 2];
         for g in 0..4 {
             let (wl, wh) = group(b, j, g);
-            let o: &mut [u8] = &mut o[..512];
-            // SAFETY: `o` is 512 writable bytes, so both 64-byte unaligned stores
+            // SAFETY: `values` is 512 writable bytes, so both 64-byte unaligned stores
             // (at 64g and 256 + 64g, g < 4) lie inside it.
             unsafe {
-                _mm512_storeu_si512(o[64 * g..].as_mut_ptr().cast(), wl);
-                _mm512_storeu_si512(o[256 + 64 * g..].as_mut_ptr().cast(), wh);
+                _mm512_storeu_si512(values[64 * g..].as_mut_ptr().cast(), wl);
+                _mm512_storeu_si512(values[256 + 64 * g..].as_mut_ptr().cast(), wh);
             }
             if SIGNED {
                 // 128 × four values of each row, from an all-128 unsigned operand.
@@ -383,12 +383,12 @@ fn unpack_panel_512<const SIGNED: bool>(
             }
         }
         if SIGNED {
-            let o: &mut [u8] = &mut o[512..640];
+            let offsets: &mut [u8; 128] = offsets.try_into().expect("128 bytes");
             for (h, sum) in sums.into_iter().enumerate() {
                 let offset = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
-                // SAFETY: `o` is 128 writable bytes, so the 64-byte unaligned store at
-                // 64h (h < 2) lies inside it.
-                unsafe { _mm512_storeu_si512(o[64 * h..].as_mut_ptr().cast(), offset) };
+                // SAFETY: `offsets` is 128 writable bytes, so the 64-byte unaligned
+                // store at 64h (h < 2) lies inside it.
+                unsafe { _mm512_storeu_si512(offsets[64 * h..].as_mut_ptr().cast(), offset) };
             }
         }
     }

@@ -8,6 +8,8 @@
 //   const client = new OpenAI({ apiKey: "local", baseURL: "http://acs.local/v1",
 //                               fetch: acs.fetch, dangerouslyAllowBrowser: true });
 
+import { startHelpers } from "./helpers.js";
+
 export { cachedModels, deleteCachedModel, partUrls, storageUse } from "./models.js";
 
 /** An error of the contract: `status` and the JSON `body` ({error: {...}}). */
@@ -27,6 +29,8 @@ export class AcsBrowser {
   #next = 1;
   #calls = new Map();
   #events = {};
+  // The helper threads this page started for a dedicated threaded engine.
+  #helpers = [];
 
   /**
    * Starts the worker and loads a model: `url` (fetched with progress, resuming where
@@ -69,16 +73,24 @@ export class AcsBrowser {
     } else {
       worker = acs.#worker = new Worker(workerUrl, { type: "module" });
     }
-    acs.info = await new Promise((resolve, reject) => {
-      acs.#worker.onmessage = (ev) => {
-        const m = ev.data;
-        if (m.type === "progress") onProgress?.(m);
-        else if (m.type === "loaded") resolve(m);
-        else if (m.type === "error") reject(new AcsError(m.error));
-      };
-      worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
-      acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads, cpuWeights });
-    });
+    try {
+      acs.info = await new Promise((resolve, reject) => {
+        acs.#worker.onmessage = (ev) => {
+          const m = ev.data;
+          if (m.type === "progress") onProgress?.(m);
+          else if (m.type === "helpers") acs.#startHelpers(m, workerUrl);
+          else if (m.type === "loaded") resolve(m);
+          else if (m.type === "error") reject(new AcsError(m.error));
+        };
+        worker.onerror = (e) => reject(new Error(`the ACS worker failed to start: ${e.message}`));
+        acs.#worker.postMessage({ type: "load", url, file, backend, budget, modelId, persist, threads, cpuWeights });
+      });
+    } catch (e) {
+      // A load that failed leaves no engine behind: its worker ends here, and with
+      // it the helper threads and the memory it started.
+      acs.terminate();
+      throw e;
+    }
     acs.#worker.onmessage = (ev) => acs.#receive(ev.data);
     // A model just downloaded into the cache: ask the browser to keep the site's
     // storage rather than evict it under pressure (only pages may ask; the browser
@@ -88,6 +100,15 @@ export class AcsBrowser {
       navigator.storage?.persist?.().then((p) => { acs.info.persisted = p; }, () => {});
     }
     return acs;
+  }
+
+  // Starts the helper threads the engine asks for ({n, pkg, module, memory}) and
+  // tells it how many joined its team. The page starts them, not the engine's worker:
+  // Firefox at times never returns from a `new Worker` called in a worker.
+  async #startHelpers({ n, pkg, module, memory }, workerUrl) {
+    const { workers, joined } = startHelpers(workerUrl, n, { pkg, module, memory });
+    this.#helpers.push(...workers);
+    this.#worker.postMessage({ type: "helpers", joined: await joined });
   }
 
   #receive(m) {
@@ -137,7 +158,10 @@ export class AcsBrowser {
   stats() { return this.#call("stats", []); }
   /** Ends the engine; a shared engine goes on for its other pages, if any. */
   terminate() {
-    if (!this.#shared) return this.#worker.terminate();
+    if (!this.#shared) {
+      for (const helper of this.#helpers) helper.terminate();
+      return this.#worker.terminate();
+    }
     this.#worker.postMessage({ type: "close" });
     this.#worker.close();
   }

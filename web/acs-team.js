@@ -1,6 +1,7 @@
-// A helper thread of the in-browser engine's CPU backend (web/pkg-threads only): the
-// engine's worker (acs-worker.js) starts one per planned helper and sends it the
-// package's URL, its compiled module and the memory the engine runs in. The helper
+// A helper thread of the in-browser engine's CPU backend (web/pkg-threads only),
+// one per helper the engine plans (started by helpers.js, for the engine's page or
+// its shared worker), sent the package's URL, the engine's compiled module and the
+// memory the engine runs in. The helper
 // instantiates the module on that memory and joins the team: from then on it works
 // on the forward passes' parallel loops and sleeps between them, never returning.
 //

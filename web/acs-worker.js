@@ -7,6 +7,8 @@
 //                   backend, budget, modelId, threads, cpuWeights}
 //                  {type:"call", id, method, args}      {type:"abort", id}
 //                  {type:"close"}  (a page leaves the shared worker)
+//                  {type:"helpers", joined}  (how many of the helper threads the
+//                   engine asked for joined its team)
 //   worker → page  {type:"progress", phase: "header" | "download" | "load", loaded,
 //                   total, tensors, tensorsTotal, fromCache, header, resumes}
 //                  {type:"loaded", backend, models, loadMs, fromCache, uncached, resumes,
@@ -15,6 +17,8 @@
 //                  {type:"error", id?, error:{name, message, status, body}}
 //                  {type:"lost", reason}  (the GPU device was lost: the model loads
 //                   again on the CPU, with progress, then "loaded" with recovered: true)
+//                  {type:"helpers", n, pkg, module, memory}  (a dedicated worker's
+//                   threaded engine asks its page to start `n` helper threads)
 //
 // The model file streams into the engine and each tensor to the GPU as its bytes
 // arrive; it is cached with the Cache API (a reload reads it from there), and the
@@ -26,6 +30,7 @@
 // the page is cross-origin isolated (browsers lend shared memory to no other page);
 // else web/pkg, on this one thread.
 
+import { startHelpers } from "./helpers.js";
 import { MODEL_CACHE, SOURCE_URL, changedSince, copyHeaders, isQuotaError, partUrls, quotaMessage, uncachedMessage } from "./models.js";
 
 // The default of threads: the device's cores, at most this many (a token's weights
@@ -38,6 +43,9 @@ let acs = null;
 let loaded = null;
 let source = null;
 let recovering = null;
+// Hears how many helper threads the page started for this engine
+// (`startHelperThreads`).
+let helpersJoined = null;
 // How often an idle engine is checked for a lost GPU device.
 const LOST_CHECK_MS = 1000;
 
@@ -58,6 +66,7 @@ function connect(port) {
       if (m.type === "load") page.post(await loadFor(m));
       else if (m.type === "call") await call(page, m);
       else if (m.type === "abort") page.aborts.get(m.id)?.abort();
+      else if (m.type === "helpers") helpersJoined?.(m.joined);
       else if (m.type === "close") {
         for (const ctl of page.aborts.values()) ctl.abort();
         pages.delete(page);
@@ -346,25 +355,18 @@ async function compiled(dir) {
 
 // Starts `n` helper threads on the threaded package (`url`), and resolves to how many
 // joined the team. One that fails is only a thread fewer: the engine's own thread
-// claims every loop's tasks too.
-function startHelpers(pkg, url, n) {
-  const { module, memory } = pkg.helperImports();
-  const joined = [];
-  for (let i = 0; i < n; i++) {
-    const helper = new Worker(new URL("./acs-team.js", import.meta.url), { type: "module", name: `acs-team-${i + 1}` });
-    joined.push(new Promise((resolve) => {
-      helper.onmessage = ({ data }) => {
-        if (data.type !== "joined") console.warn("an ACS helper thread failed:", data.message);
-        resolve(data.type === "joined");
-      };
-      helper.onerror = (e) => {
-        console.warn("an ACS helper thread failed:", e.message);
-        resolve(false);
-      };
-    }));
-    helper.postMessage({ pkg: url, module, memory });
-  }
-  return Promise.all(joined).then((ok) => ok.filter(Boolean).length);
+// claims every loop's tasks too. A dedicated worker asks its page to start them
+// (acs-client.js), as Firefox at times never returns from a `new Worker` called in a
+// worker (about one in a hundred, on a busy machine or an idle one), which stalls
+// the load for good, while the page's own `new Worker` returns. A shared worker
+// starts its own: they outlive any one of its pages, as the engine does.
+function startHelperThreads(pkg, url, n) {
+  const imports = { pkg: url, ...pkg.helperImports() };
+  if ("onconnect" in self) return startHelpers(import.meta.url, n, imports).joined;
+  return new Promise((resolve) => {
+    helpersJoined = resolve;
+    broadcast({ type: "helpers", n, ...imports });
+  });
 }
 
 // Loads the engine's package: web/pkg-threads with `wanted` threads (default: the
@@ -383,7 +385,7 @@ async function firstEngine(wanted) {
       const pkg = await import(url);
       const wasm = await pkg.default({ module_or_path: await compiled("pkg-threads") });
       pkg.planHelpers(threads - 1);
-      const joined = await startHelpers(pkg, url, threads - 1);
+      const joined = await startHelperThreads(pkg, url, threads - 1);
       if (joined < threads - 1) console.warn(`${joined} of ${threads - 1} ACS helper threads started`);
       return { pkg, wasm };
     } catch (e) {

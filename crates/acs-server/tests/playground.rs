@@ -109,7 +109,8 @@ fn the_playground_samples_two_prompts_in_chromium() {
 /// The playground in headless Firefox (tests/browser/firefox.mjs: Debian's firefox-esr
 /// over WebDriver BiDi): without a GPU the served model runs on the wasm CPU backend
 /// on the device's threads, the page being cross-origin isolated; the two prompts'
-/// four choices land in index order; a missing model URL is refused in plain words.
+/// four choices land in index order; a missing model URL is refused in plain words;
+/// sixty engines started one after another on two threads all start.
 #[test]
 fn the_playground_runs_in_firefox_on_the_cpu_threads() {
     let data = temp_dir("playground-firefox");
@@ -117,12 +118,13 @@ fn the_playground_runs_in_firefox_on_the_cpu_threads() {
     let shot = screenshot("playground-firefox.png");
     let result = drive(&server, "firefox.mjs", &[shot.as_ref()]);
     println!(
-        "firefox: {} | {} | WebGPU: {} | a missing model: {} | WebGPU asked for: {}",
+        "firefox: {} | {} | WebGPU: {} | a missing model: {} | WebGPU asked for: {} | engine starts: {}",
         result["userAgent"],
         result["loaded"]["text"],
         result["gpu"],
         result["missing"]["text"],
-        result["noWebGpu"]["text"]
+        result["noWebGpu"]["text"],
+        result["starts"]
     );
     check_screenshot(&shot);
 }
@@ -179,6 +181,7 @@ fn the_npm_package_installs_type_checks_and_runs_its_example() {
         "acs-client.d.ts",
         "acs-worker.js",
         "acs-team.js",
+        "helpers.js",
         "pkg/acs_web_bg.wasm",
         "pkg-threads/acs_web_bg.wasm",
     ] {

@@ -98,6 +98,19 @@ const fn split_sums(vectors: usize) -> bool {
     vectors < 8
 }
 
+/// The eight blocks of super-block `sb` of each of a kernel's `V` vectors (`nb`
+/// blocks each, vector after vector, in `blocks`), bounds-checked once a
+/// super-block: indexing each block would check every vector's index again, scalar
+/// work beside the `vpdpbusd`s in every block.
+#[inline]
+fn super_block<const V: usize>(blocks: &[BlockQ8], nb: usize, sb: usize) -> [&[BlockQ8; 8]; V] {
+    std::array::from_fn(|v| {
+        blocks[v * nb + 8 * sb..][..8]
+            .try_into()
+            .expect("8 blocks")
+    })
+}
+
 /// A vector's block sum from its two halves, or the one sum (see [`split_sums`]).
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -272,12 +285,13 @@ fn packed_q4_k_512<const V: usize, const Q5: bool, const UNPACKED: bool>(
         let b = &panel[bytes * sb..bytes * sb + bytes];
         let d = halves16(b);
         let dmin = halves16(&b[32..]);
+        let xsb = super_block::<V>(x.blocks, x.nb, sb);
         for j in 0..8 {
             prefetch_part(next, bytes * sb + bytes / 8 * j, bytes / 8);
             let i = 8 * sb + j;
             let sc = _mm512_mul_ps(d, bytes16_ps(&b[64 + 16 * j..]));
             let mn = _mm512_mul_ps(dmin, bytes16_ps(&b[192 + 16 * j..]));
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &xsb[v][j]);
             let q = &b[320 + sub * j..];
             let sums = if UNPACKED {
                 block_sums!(true, &values[512 * i..][..512], None, &xb)
@@ -434,15 +448,15 @@ fn packed_q6_k_512<const V: usize, const UNPACKED: bool>(
     for sb in 0..x.nb / 8 {
         let b = &panel[3360 * sb..3360 * sb + 3360];
         let d = halves16(b);
+        // Unpacked values meet the flipped activations (the same scales).
+        let xsb = super_block::<V>(if UNPACKED { x.flipped } else { x.blocks }, x.nb, sb);
         for j in 0..8 {
             prefetch_part(next, 3360 * sb + 420 * j, 420);
             let i = 8 * sb + j;
             let sc_lo = sbytes16_ps(&b[32 + 32 * j..]);
             let sc_hi = sbytes16_ps(&b[48 + 32 * j..]);
             let q = &b[288 + 384 * j..288 + 384 * j + 384];
-            // Unpacked values meet the flipped activations (the same scales).
-            let blocks = if UNPACKED { x.flipped } else { x.blocks };
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &blocks[v * x.nb + i]);
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &xsb[v][j]);
             let [lo, hi] = if UNPACKED {
                 signed_halves_512!(
                     &values[unpacked_block(true) * i..][..unpacked_block(true)],
@@ -546,14 +560,14 @@ fn packed_q3_k_512<const V: usize, const UNPACKED: bool>(
     for sb in 0..x.nb / 8 {
         let b = &panel[1824 * sb..1824 * sb + 1824];
         let d = halves16(b);
+        let xsb = super_block::<V>(if UNPACKED { x.flipped } else { x.blocks }, x.nb, sb);
         for j in 0..8 {
             prefetch_part(next, 1824 * sb + 228 * j, 228);
             let i = 8 * sb + j;
             let sc_lo = _mm512_mul_ps(d, sbytes16_ps(&b[32 + 32 * j..]));
             let sc_hi = _mm512_mul_ps(d, sbytes16_ps(&b[48 + 32 * j..]));
             let q = &b[288 + 192 * j..288 + 192 * j + 192];
-            let blocks = if UNPACKED { x.flipped } else { x.blocks };
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &blocks[v * x.nb + i]);
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &xsb[v][j]);
             let halves = if UNPACKED {
                 signed_halves_512!(
                     &values[unpacked_block(true) * i..][..unpacked_block(true)],
@@ -600,13 +614,13 @@ fn packed_q2_k_512<const V: usize>(panel: &[u8], ahead: &[u8], x: Xs<'_>) -> [[f
         let b = &panel[1344 * sb..1344 * sb + 1344];
         let d = halves16(b);
         let dmin = halves16(&b[32..]);
+        let xsb = super_block::<V>(x.blocks, x.nb, sb);
         for j in 0..8 {
             prefetch_part(next, 1344 * sb + 168 * j, 168);
-            let i = 8 * sb + j;
             let (sc_lo, mn_lo) = nibbles16_ps(&b[64 + 32 * j..]);
             let (sc_hi, mn_hi) = nibbles16_ps(&b[80 + 32 * j..]);
             let q = &b[320 + 128 * j..320 + 128 * j + 128];
-            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &x.blocks[v * x.nb + i]);
+            let xb: [&BlockQ8; V] = std::array::from_fn(|v| &xsb[v][j]);
             let halves = two_bit_halves_512!(q, None, &xb);
             for v in 0..V {
                 let half = |h: usize| _mm512_cvtepi32_ps(halves[h][v]);

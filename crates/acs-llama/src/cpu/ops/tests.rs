@@ -217,3 +217,34 @@ fn wide_attention_matches_narrow_attention_exactly() {
         }
     }
 }
+
+/// SwiGLU and GeGLU give the same bits on every instruction set (AVX-512's
+/// sixteen-float copy, AVX2's eight, the portable loop), on lengths around both
+/// vector widths and values past the range where `exp` saturates.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn gated_activations_agree_on_every_instruction_set() {
+    let Some(t) = Avx2Token::detect() else {
+        return;
+    };
+    let isas = [Isa::Avx2(t), Isa::Avx2(t.without_avx512()), Isa::Portable];
+    for n in [1, 7, 8, 15, 16, 17, 33, 100] {
+        let mut gate = values(31, n);
+        gate.iter_mut().step_by(3).for_each(|g| *g *= 200.0);
+        let up = values(32, n);
+        let run = |isa: Isa, f: fn(F32Ops, &mut [f32], &[f32])| {
+            let mut g = gate.clone();
+            f(F32Ops(isa), &mut g, &up);
+            g.into_iter().map(f32::to_bits).collect::<Vec<_>>()
+        };
+        for (name, f) in [
+            ("swiglu", F32Ops::swiglu as fn(F32Ops, &mut [f32], &[f32])),
+            ("geglu", F32Ops::geglu),
+        ] {
+            let want = run(Isa::Portable, f);
+            for isa in isas {
+                assert_eq!(run(isa, f), want, "{name} of {n} values on {isa:?}");
+            }
+        }
+    }
+}

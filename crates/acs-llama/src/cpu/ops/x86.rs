@@ -269,7 +269,8 @@ fn append_halves_impl(src: &[f32], dst: &mut Vec<f16>) {
     dst.extend(chunks.remainder().iter().map(|&x| super::to_half(x)));
 }
 
-/// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors.
+/// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors. (AVX-512's
+/// copy of the same code ran no faster: its sums stay eight lanes wide.)
 pub(super) fn softmax(_t: Avx2Token, scores: &mut [f32], scale: f32) {
     // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
     // `softmax_impl` touches its slice through safe indexing only.
@@ -281,27 +282,51 @@ fn softmax_impl(scores: &mut [f32], scale: f32) {
     super::softmax_lanes(scores, scale)
 }
 
-/// [`super::F32Ops::swiglu`] compiled for AVX2's eight-float vectors.
-pub(super) fn swiglu(_t: Avx2Token, gate: &mut [f32], up: &[f32]) {
-    // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
-    // `swiglu_impl` touches its slices through safe indexing only.
-    unsafe { swiglu_impl(gate, up) }
+/// [`super::F32Ops::swiglu`] compiled for AVX2's eight-float vectors, or AVX-512's
+/// sixteen where the CPU has them: the same operations on each value (the compiler
+/// fuses none), so the same bits.
+pub(super) fn swiglu(t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+    // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, and
+    // reports AVX-512 only where it found that too; both copies touch their slices
+    // through safe indexing only.
+    unsafe {
+        if t.avx512() {
+            swiglu_512(gate, up)
+        } else {
+            swiglu_256(gate, up)
+        }
+    }
 }
 
 #[target_feature(enable = "avx2")]
-fn swiglu_impl(gate: &mut [f32], up: &[f32]) {
+fn swiglu_256(gate: &mut [f32], up: &[f32]) {
     super::swiglu_lanes(gate, up)
 }
 
-/// [`super::F32Ops::geglu`] compiled for AVX2's eight-float vectors.
-pub(super) fn geglu(_t: Avx2Token, gate: &mut [f32], up: &[f32]) {
-    // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
-    // `geglu_impl` touches its slices through safe indexing only.
-    unsafe { geglu_impl(gate, up) }
+#[target_feature(enable = "avx512f,avx2")]
+fn swiglu_512(gate: &mut [f32], up: &[f32]) {
+    super::swiglu_lanes(gate, up)
+}
+
+/// [`super::F32Ops::geglu`] compiled for AVX2 or AVX-512 (see [`swiglu`]).
+pub(super) fn geglu(t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+    // SAFETY: as in `swiglu`.
+    unsafe {
+        if t.avx512() {
+            geglu_512(gate, up)
+        } else {
+            geglu_256(gate, up)
+        }
+    }
 }
 
 #[target_feature(enable = "avx2")]
-fn geglu_impl(gate: &mut [f32], up: &[f32]) {
+fn geglu_256(gate: &mut [f32], up: &[f32]) {
+    super::geglu_lanes(gate, up)
+}
+
+#[target_feature(enable = "avx512f,avx2")]
+fn geglu_512(gate: &mut [f32], up: &[f32]) {
     super::geglu_lanes(gate, up)
 }
 

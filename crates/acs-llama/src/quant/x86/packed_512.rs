@@ -104,11 +104,7 @@ const fn split_sums(vectors: usize) -> bool {
 /// work beside the `vpdpbusd`s in every block.
 #[inline]
 fn super_block<const V: usize>(blocks: &[BlockQ8], nb: usize, sb: usize) -> [&[BlockQ8; 8]; V] {
-    std::array::from_fn(|v| {
-        blocks[v * nb + 8 * sb..][..8]
-            .try_into()
-            .expect("8 blocks")
-    })
+    std::array::from_fn(|v| blocks[v * nb + 8 * sb..][..8].try_into().expect("8 blocks"))
 }
 
 /// A vector's block sum from its two halves, or the one sum (see [`split_sums`]).

@@ -18,6 +18,7 @@ use crate::arch::{BlockTensors, EMBED, OUTPUT, OUTPUT_NORM, ROPE_FREQS};
 use crate::attention;
 use crate::chat_template::ChatTemplate;
 use crate::cpu::F32Ops;
+use crate::cpu::team::for_each_chunk_mut;
 pub use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile, GgufHeader, Metadata, TensorInfo};
 pub use crate::kv_cache::KvCache;
@@ -373,7 +374,7 @@ impl Model {
             if let Some([post_attn, _]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_attn, c.rms_eps);
             }
-            add(&mut x, &proj);
+            add_rows_of(&mut x, &proj, d);
 
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             quant::matmul_many(
@@ -382,7 +383,7 @@ impl Model {
                 &xn,
                 &mut qx,
             )?;
-            crate::cpu::team::for_each_chunk_mut(&mut gate, SWIGLU_CHUNK, |i, g| {
+            for_each_chunk_mut(&mut gate, SWIGLU_CHUNK, |i, g| {
                 let up = &up[i * SWIGLU_CHUNK..][..g.len()];
                 match recipe.activation {
                     Activation::Silu => ops.swiglu(g, up),
@@ -393,7 +394,7 @@ impl Model {
             if let Some([_, post_ffn]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_ffn, c.rms_eps);
             }
-            add(&mut x, &proj);
+            add_rows_of(&mut x, &proj, d);
 
             for ((s, span), out) in batch.iter().zip(&spans).zip(&mut outputs) {
                 let rows = &mut x[span.start * d..span.end * d];
@@ -447,12 +448,12 @@ impl Model {
         Ok(outputs)
     }
 
-    /// Rotates the new rows' queries and keys by their positions' `angles` and appends
-    /// the keys and values to layer `layer` of their sequences' caches, one task per
-    /// sequence (`q`, `k`, `v` and `angles` hold the batch's rows in order): on one
-    /// thread a step of several sequences would wait here, with the other cores idle,
-    /// mostly on the cache lines the appends write (every head's end in a layer, last
-    /// touched a step before).
+    /// Rotates the new rows' queries and keys by their positions' `angles`, rows
+    /// shared out over the team, and appends the keys and values to layer `layer` of
+    /// their sequences' caches, one task per sequence (`q`, `k`, `v` and `angles` hold
+    /// the batch's rows in order): on one thread a step of several sequences would
+    /// wait here, with the other cores idle, mostly on the cache lines the appends
+    /// write (every head's end in a layer, last touched a step before).
     fn rotate_and_append(
         &self,
         layer: usize,
@@ -465,24 +466,29 @@ impl Model {
         let c = &self.config;
         let (qd, kv, pairs) = (c.q_dim(), c.kv_dim(), c.rope_dims / 2);
         let ops = F32Ops::detect();
-        // Each sequence's cache and its rows of `q`, `k`, `v` and `angles`.
+        // Each row by its own position's angles, the rows shared out over the team
+        // (a prefill's are one sequence's).
+        for (x, width) in [(&mut *q, qd), (&mut *k, kv)] {
+            let task = row_task(width);
+            for_each_chunk_mut(x, task, |i, rows| {
+                for (r, row) in rows.chunks_exact_mut(width).enumerate() {
+                    let at = (i * task / width + r) * pairs;
+                    self.rope(row, &angles[at..at + pairs]);
+                }
+            });
+        }
+        // Each sequence's cache and its rows of `k` and `v`.
         let mut work = Vec::with_capacity(batch.len());
-        let (mut q, mut k, mut v, mut angles) = (q, k, v, angles);
+        let (mut k, mut v) = (&*k, v);
         for s in batch.iter_mut() {
             let n = s.tokens.len();
-            let (qs, q_rest) = std::mem::take(&mut q).split_at_mut(n * qd);
-            let (ks, k_rest) = std::mem::take(&mut k).split_at_mut(n * kv);
+            let (ks, k_rest) = k.split_at(n * kv);
             let (vs, v_rest) = v.split_at(n * kv);
-            let (rot, a_rest) = angles.split_at(n * pairs);
-            (q, k, v, angles) = (q_rest, k_rest, v_rest, a_rest);
-            work.push((&mut *s.cache, qs, ks, vs, rot));
+            (k, v) = (k_rest, v_rest);
+            work.push((&mut *s.cache, ks, vs));
         }
-        crate::cpu::team::for_each_chunk_mut(&mut work, 1, |_, w| {
-            for (cache, q, k, v, rot) in w {
-                for (r, rot) in rot.chunks_exact(pairs.max(1)).enumerate() {
-                    self.rope(&mut q[r * qd..(r + 1) * qd], rot);
-                    self.rope(&mut k[r * kv..(r + 1) * kv], rot);
-                }
+        for_each_chunk_mut(&mut work, 1, |_, w| {
+            for (cache, k, v) in w {
                 cache.append(ops, layer, k, v);
             }
         });
@@ -555,22 +561,28 @@ pub struct SeqOutput {
 /// RMSNorm of each row of `x` (rows as long as `w`) in place: the per-head norms of
 /// queries and keys, and the norms of a block's outputs.
 fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
-    for row in x.chunks_exact_mut(w.len()) {
-        let inv = inverse_rms(row, eps);
-        for (v, &g) in row.iter_mut().zip(w) {
-            *v = *v * inv * g;
+    for_each_chunk_mut(x, row_task(w.len()), |_, rows| {
+        for row in rows.chunks_exact_mut(w.len()) {
+            let inv = inverse_rms(row, eps);
+            for (v, &g) in row.iter_mut().zip(w) {
+                *v = *v * inv * g;
+            }
         }
-    }
+    });
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let inv = inverse_rms(row, eps);
-        for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
-            *o = v * inv * g;
+    let task = row_task(d);
+    for_each_chunk_mut(out, task, |i, dst| {
+        let src = &x[i * task..][..dst.len()];
+        for (row, dst) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
+            let inv = inverse_rms(row, eps);
+            for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w) {
+                *o = v * inv * g;
+            }
         }
-    }
+    });
 }
 
 /// 1 / sqrt(mean(row²) + eps). Eight running sums: one would be a chain of dependent
@@ -583,15 +595,32 @@ fn inverse_rms(row: &[f32], eps: f32) -> f32 {
 
 /// Adds `bias` to each row of `x` (rows of its length).
 fn add_rows(x: &mut [f32], bias: &[f32]) {
-    for row in x.chunks_exact_mut(bias.len()) {
-        add(row, bias);
-    }
+    for_each_chunk_mut(x, row_task(bias.len()), |_, rows| {
+        for row in rows.chunks_exact_mut(bias.len()) {
+            add(row, bias);
+        }
+    });
+}
+
+/// `x += y`, shared out over the team as [`row_task`] says for rows of `width`.
+fn add_rows_of(x: &mut [f32], y: &[f32], width: usize) {
+    let task = row_task(width);
+    for_each_chunk_mut(x, task, |i, xs| add(xs, &y[i * task..][..xs.len()]));
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// Values per task of the norms and the residual's additions (whole rows of
+/// `width`): a prefill's rows go to every core, where one core alone would keep the
+/// others waiting between matmuls, while a decode step's few rows stay on the calling
+/// thread, as handing them out would cost more than it saves.
+fn row_task(width: usize) -> usize {
+    const VALUES: usize = 1 << 15;
+    (VALUES / width.max(1)).max(1) * width.max(1)
 }
 
 /// Values per task of the gated activation: a decode step of one sequence (an MLP
@@ -680,6 +709,47 @@ mod tests {
             for (a, b) in shared.iter().zip(&copies) {
                 assert_eq!(a.len(), b.len());
             }
+        }
+    }
+
+    /// A long prefill, whose rows the norms, residual additions and rotations share
+    /// out over the team in several tasks, gives every row's logits bit for bit as
+    /// the same prompt fed in steps of a few dozen tokens does (one task each).
+    #[test]
+    fn a_long_prefill_matches_short_steps() {
+        let wide = TestModelSpec {
+            d_model: 256,
+            ffn: 128,
+            ctx: 512,
+            ..TestModelSpec::tiny()
+        };
+        let k_quants = TestModelSpec {
+            ctx: 512,
+            value_down_type: Some(GgmlType::Q6_K),
+            ..TestModelSpec::tiny_k(GgmlType::Q5_K)
+        };
+        for spec in [wide, k_quants] {
+            let m = model(&spec);
+            let tokens: Vec<u32> = (0..300).map(|i| (i * 13 + 5) % 300).collect();
+            let (d, kv) = (spec.d_model, m.config.kv_dim());
+            assert!(
+                tokens.len() * d > row_task(d),
+                "the prefill's rows make several tasks"
+            );
+            // The wide model's keys too (two key/value heads of 64).
+            assert!(spec.n_kv_heads == 1 || tokens.len() * kv > row_task(kv));
+            let mut whole = [m.new_cache()];
+            let want = step(&m, &mut whole, std::slice::from_ref(&tokens)).remove(0);
+            let mut steps = [m.new_cache()];
+            let mut got = Vec::new();
+            for part in tokens.chunks(40) {
+                got.extend(step(&m, &mut steps, &[part.to_vec()]).remove(0));
+            }
+            assert_eq!(
+                got, want,
+                "d_model {}, {:?}",
+                spec.d_model, spec.weight_type
+            );
         }
     }
 

@@ -282,20 +282,28 @@ fn softmax_impl(scores: &mut [f32], scale: f32) {
     super::softmax_lanes(scores, scale)
 }
 
+/// A gated activation's two copies, for AVX-512 and for AVX2.
+type Gated = [unsafe fn(&mut [f32], &[f32]); 2];
+
 /// [`super::F32Ops::swiglu`] compiled for AVX2's eight-float vectors, or AVX-512's
 /// sixteen where the CPU has them: the same operations on each value (the compiler
 /// fuses none), so the same bits.
 pub(super) fn swiglu(t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+    gated(t, [swiglu_512, swiglu_256], gate, up)
+}
+
+/// [`super::F32Ops::geglu`] compiled for AVX2 or AVX-512 (see [`swiglu`]).
+pub(super) fn geglu(t: Avx2Token, gate: &mut [f32], up: &[f32]) {
+    gated(t, [geglu_512, geglu_256], gate, up)
+}
+
+/// Runs the copy of a gated activation that this CPU takes.
+fn gated(t: Avx2Token, [wide, narrow]: Gated, gate: &mut [f32], up: &[f32]) {
+    let f = if t.avx512() { wide } else { narrow };
     // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2, and
-    // reports AVX-512 only where it found that too; both copies touch their slices
-    // through safe indexing only.
-    unsafe {
-        if t.avx512() {
-            swiglu_512(gate, up)
-        } else {
-            swiglu_256(gate, up)
-        }
-    }
+    // reports AVX-512 only where it found that too, so `f`'s features are there;
+    // both copies touch their slices through safe indexing only.
+    unsafe { f(gate, up) }
 }
 
 #[target_feature(enable = "avx2")]
@@ -306,18 +314,6 @@ fn swiglu_256(gate: &mut [f32], up: &[f32]) {
 #[target_feature(enable = "avx512f,avx2")]
 fn swiglu_512(gate: &mut [f32], up: &[f32]) {
     super::swiglu_lanes(gate, up)
-}
-
-/// [`super::F32Ops::geglu`] compiled for AVX2 or AVX-512 (see [`swiglu`]).
-pub(super) fn geglu(t: Avx2Token, gate: &mut [f32], up: &[f32]) {
-    // SAFETY: as in `swiglu`.
-    unsafe {
-        if t.avx512() {
-            geglu_512(gate, up)
-        } else {
-            geglu_256(gate, up)
-        }
-    }
 }
 
 #[target_feature(enable = "avx2")]

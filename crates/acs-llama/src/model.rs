@@ -374,7 +374,7 @@ impl Model {
             if let Some([post_attn, _]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_attn, c.rms_eps);
             }
-            add_rows_of(&mut x, &proj, d);
+            add_residual(&mut x, &proj, d);
 
             rms_norm(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             quant::matmul_many(
@@ -394,7 +394,7 @@ impl Model {
             if let Some([_, post_ffn]) = &b.post_norms {
                 rms_norm_in_place(&mut proj, post_ffn, c.rms_eps);
             }
-            add_rows_of(&mut x, &proj, d);
+            add_residual(&mut x, &proj, d);
 
             for ((s, span), out) in batch.iter().zip(&spans).zip(&mut outputs) {
                 let rows = &mut x[span.start * d..span.end * d];
@@ -469,10 +469,10 @@ impl Model {
         // Each row by its own position's angles, the rows shared out over the team
         // (a prefill's are one sequence's).
         for (x, width) in [(&mut *q, qd), (&mut *k, kv)] {
-            let task = row_task(width);
-            for_each_chunk_mut(x, task, |i, rows| {
+            let rows_a_task = row_task(width) / width;
+            for_each_chunk_mut(x, rows_a_task * width, |i, rows| {
                 for (r, row) in rows.chunks_exact_mut(width).enumerate() {
-                    let at = (i * task / width + r) * pairs;
+                    let at = (i * rows_a_task + r) * pairs;
                     self.rope(row, &angles[at..at + pairs]);
                 }
             });
@@ -602,8 +602,9 @@ fn add_rows(x: &mut [f32], bias: &[f32]) {
     });
 }
 
-/// `x += y`, shared out over the team as [`row_task`] says for rows of `width`.
-fn add_rows_of(x: &mut [f32], y: &[f32], width: usize) {
+/// `x += y` for the residual stream, shared out over the team as [`row_task`] says
+/// for rows of `width`.
+fn add_residual(x: &mut [f32], y: &[f32], width: usize) {
     let task = row_task(width);
     for_each_chunk_mut(x, task, |i, xs| add(xs, &y[i * task..][..xs.len()]));
 }

@@ -269,8 +269,9 @@ fn append_halves_impl(src: &[f32], dst: &mut Vec<f16>) {
     dst.extend(chunks.remainder().iter().map(|&x| super::to_half(x)));
 }
 
-/// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors. (AVX-512's
-/// copy of the same code ran no faster: its sums stay eight lanes wide.)
+/// [`super::F32Ops::softmax`] compiled for AVX2's eight-float vectors. An AVX-512
+/// copy of the same code gains nothing, as its sums stay eight lanes wide
+/// (docs/performance.md has the profile).
 pub(super) fn softmax(_t: Avx2Token, scores: &mut [f32], scale: f32) {
     // SAFETY: an `Avx2Token` exists only after runtime detection found AVX2;
     // `softmax_impl` touches its slice through safe indexing only.
